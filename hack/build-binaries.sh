@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from the Go module proxy, once per version.
+# Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
+# Usage: hack/build-binaries.sh [name ...]   names: etcd kube kwok helm training-operator
+# Each binary is skipped when its cached file exists. Nothing is downloaded from
+# GitHub or dl.k8s.io: only the Go module proxy is used.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache="${DFLASH_CACHE:-$HOME/.cache/dflash}"
+bin="$cache/bin"
+logs="$cache/logs"
+mkdir -p "$bin" "$logs"
+cd "$cache"
+
+die() { echo "build-binaries: $*" >&2; exit 1; }
+
+command -v go >/dev/null 2>&1 || die "Go is not installed. Install Go >= 1.26 (https://go.dev/doc/install, or Debian's golang-go backports) and rerun."
+go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
+[ "${go_minor:-0}" -ge 26 ] || die "Go $(go env GOVERSION) is too old; Go >= 1.26 is needed (training-operator v1.9 and Kubernetes v1.36 declare go 1.26)."
+
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
+export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
+jobs="${GO_BUILD_JOBS:-2}"
+
+have() { [ -x "$bin/$1-$2" ]; }
+
+check_proxy() {
+  go mod download -json "$1@$2" >/dev/null 2>"$logs/proxy-check.err" || {
+    cat "$logs/proxy-check.err" >&2
+    die "cannot fetch $1@$2 from the Go module proxy ($GOPROXY). Check network access to the proxy, or set GOPROXY to a reachable mirror."
+  }
+}
+
+# A throw-away wrapper module per build, so that nothing leaks into the repository.
+new_module() {
+  local dir; dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-$1.XXXXXX")"
+  (cd "$dir" && go mod init "dflash.local/build/$1" >/dev/null 2>&1)
+  echo "$dir"
+}
+
+timed() { # name version cmd...
+  local name=$1 version=$2; shift 2
+  local start; start=$(date +%s)
+  echo "build-binaries: building $name $version (log: $logs/$name-$version.log)"
+  # A subshell, so that a build step's cd never outlives it.
+  if ! ( "$@" ) >"$logs/$name-$version.log" 2>&1; then
+    tail -n 30 "$logs/$name-$version.log" >&2
+    die "building $name $version failed; full log in $logs/$name-$version.log"
+  fi
+  echo "build-binaries: built $name $version in $(( $(date +%s) - start ))s"
+}
+
+build_etcd() {
+  have etcd "$ETCD_VERSION" && return 0
+  check_proxy go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+  local dir; dir="$(new_module etcd)"
+  cat >"$dir/main.go" <<'GO'
+// Command etcd is etcd's own main, built from the Go module proxy.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  _etcd() {
+    cd "$dir"
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    go mod tidy
+    go build -trimpath -p "$jobs" -ldflags "-s -w" -o "$bin/etcd-$ETCD_VERSION.tmp" .
+    mv "$bin/etcd-$ETCD_VERSION.tmp" "$bin/etcd-$ETCD_VERSION"
+  }
+  timed etcd "$ETCD_VERSION" _etcd
+  rm -rf "$dir"
+}
+
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from k8s.io/kubernetes.
+# k8s.io/kubernetes replaces its staging modules with ./staging paths, which only apply in
+# its own main module, so a wrapper module re-states each replace against the published
+# k8s.io/<staging> v0.<minor>.<patch> versions.
+build_kube() {
+  local names=(kube-apiserver kube-controller-manager kube-scheduler kubectl) missing=0 n
+  for n in "${names[@]}"; do have "$n" "$KUBERNETES_VERSION" || missing=1; done
+  [ "$missing" = 1 ] || return 0
+  check_proxy k8s.io/kubernetes "$KUBERNETES_VERSION"
+  local info gomod commit staging_version dir
+  info="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION")"
+  gomod="$(printf '%s' "$info" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  commit="$(printf '%s' "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')"
+  [ -n "$commit" ] || commit=0000000000000000000000000000000000000000
+  staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  dir="$(new_module kube)"
+  _kube() {
+    cd "$dir"
+    go mod edit -require "k8s.io/kubernetes@$KUBERNETES_VERSION"
+    local mod
+    for mod in $(grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk '{print $1}'); do
+      go mod edit -replace "$mod=$mod@$staging_version"
+    done
+    local major minor build_date ld pkg
+    major=1; minor="$(echo "$KUBERNETES_VERSION" | cut -d. -f2)"
+    build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    ld="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld="$ld -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+      ld="$ld -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$commit -X $pkg.buildDate=$build_date"
+    done
+    for n in "${names[@]}"; do
+      go get "k8s.io/kubernetes/cmd/$n@$KUBERNETES_VERSION"
+    done
+    for n in "${names[@]}"; do
+      have "$n" "$KUBERNETES_VERSION" && continue
+      echo "--- $n"
+      go build -trimpath -p "$jobs" -ldflags "$ld" -o "$bin/$n-$KUBERNETES_VERSION.tmp" "k8s.io/kubernetes/cmd/$n"
+      mv "$bin/$n-$KUBERNETES_VERSION.tmp" "$bin/$n-$KUBERNETES_VERSION"
+    done
+  }
+  timed kubernetes "$KUBERNETES_VERSION" _kube
+  rm -rf "$dir"
+}
+
+go_install() { # name module/cmd version extra-ldflags
+  local name=$1 pkg=$2 version=$3 ld=$4
+  have "$name" "$version" && return 0
+  local mod="${pkg%%/cmd/*}"
+  check_proxy "$mod" "$version"
+  local gobin; gobin="$(mktemp -d)"
+  _install() {
+    GOBIN="$gobin" GOFLAGS= go install -trimpath -p "$jobs" -ldflags "-s -w $ld" "$pkg@$version"
+    mv "$gobin/$(basename "$pkg")" "$bin/$name-$version"
+  }
+  timed "$name" "$version" _install
+  rm -rf "$gobin"
+}
+
+build_kwok() {
+  go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+  # Stage definitions ship in the module zip, not in the binary.
+  local src; src="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  mkdir -p "$cache/share/kwok-$KWOK_VERSION"
+  cp -r "$src/kustomize/stage/." "$cache/share/kwok-$KWOK_VERSION/"
+  chmod -R u+w "$cache/share/kwok-$KWOK_VERSION"
+}
+
+build_helm() {
+  local major="${HELM_VERSION%%.*}"
+  go_install helm "helm.sh/helm/$major/cmd/helm" "$HELM_VERSION" "-X helm.sh/helm/$major/internal/version.version=$HELM_VERSION"
+}
+
+build_training_operator() {
+  go_install training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1 "$TRAINING_OPERATOR_VERSION" ""
+  local src; src="$(go mod download -json "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  mkdir -p "$cache/share/training-operator-$TRAINING_OPERATOR_VERSION"
+  cp "$src/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$cache/share/training-operator-$TRAINING_OPERATOR_VERSION/"
+  chmod -R u+w "$cache/share/training-operator-$TRAINING_OPERATOR_VERSION"
+}
+
+targets=("$@")
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kube)
+for t in "${targets[@]}"; do
+  case "$t" in
+    etcd) build_etcd ;;
+    kube) build_kube ;;
+    kwok) build_kwok ;;
+    helm) build_helm ;;
+    training-operator) build_training_operator ;;
+    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator" ;;
+  esac
+done
+echo "build-binaries: all binaries present in $bin"
