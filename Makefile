@@ -1,0 +1,95 @@
+# DFlash Operator: every developer and CI entry point. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.9
+export DFLASH_STATE_DIR ?= $(CURDIR)/.local
+PY := $(CURDIR)/.venv/bin/python
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+# ---------------------------------------------------------------- setup
+.PHONY: uv
+uv: ## install uv (the Python package manager) if it is missing
+	@command -v $(UV) >/dev/null 2>&1 || { \
+	  echo "installing uv $(UV_VERSION) from PyPI"; \
+	  python3 -m pip install --quiet --user "uv==$(UV_VERSION)" || { \
+	    echo "error: could not install uv; install it (https://docs.astral.sh/uv/) and rerun" >&2; exit 1; }; }
+
+.PHONY: venv
+venv: uv ## create .venv from uv.lock (exact pins; torch is cached by uv after the first run)
+	@$(UV) sync --locked --quiet
+
+.PHONY: binaries
+binaries: ## build the control plane's binaries once per version into ~/.cache/dflash/bin
+	@bash hack/build-binaries.sh
+	@mkdir -p .local/bin
+	@for b in kubectl helm; do ln -sf "$$($(PY) -c "from dflash_dev.binaries import cached_path; print(cached_path('$$b'))")" .local/bin/$$b; done
+
+# ---------------------------------------------------------------- local cluster and S3
+.PHONY: cluster-up
+cluster-up: venv binaries ## start the local control plane (idempotent; ~10 s warm)
+	@$(PY) -m dflash_dev cluster-up
+
+.PHONY: cluster-down
+cluster-down: ## stop it and delete its state
+	@if [ -x $(PY) ]; then $(PY) -m dflash_dev cluster-down; fi
+
+.PHONY: kubeconfig
+kubeconfig: ## print the kubeconfig path: export KUBECONFIG=$$(make -s kubeconfig)
+	@echo $(DFLASH_STATE_DIR)/cluster/kubeconfig
+
+.PHONY: s3-up
+s3-up: venv ## start the S3 server (SeaweedFS) on loopback
+	@$(PY) -m dflash_dev s3-up
+
+.PHONY: s3-down
+s3-down: ## stop the S3 server and delete its data
+	@if [ -x $(PY) ]; then $(PY) -m dflash_dev s3-down; fi
+
+.PHONY: s3-env
+s3-env: ## print export lines for the running S3 server: eval "$$(make -s s3-env)"
+	@$(PY) -m dflash_dev s3-env
+
+.PHONY: down
+down: cluster-down s3-down ## stop everything
+
+# ---------------------------------------------------------------- code
+.PHONY: crds
+crds: venv ## regenerate crds/ and docs/crd-reference.md from the pydantic models
+	@$(PY) -m dflash_operator.api.generate
+
+.PHONY: lint
+lint: venv ## ruff + mypy
+	@$(UV) run --quiet ruff check .
+	@$(UV) run --quiet ruff format --check .
+	@$(UV) run --quiet mypy operator/dflash_operator trainer/dflash_trainer hack/dflash_dev
+
+# ---------------------------------------------------------------- tests
+.PHONY: test
+test: venv binaries lint ## the whole suite: unit, integration (real control plane + S3), e2e
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: venv ## unit tests only (no servers)
+	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+.PHONY: test-integration
+test-integration: venv binaries ## integration tests (starts the control plane and S3 if needed)
+	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+.PHONY: test-e2e
+test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
+	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+
+# ---------------------------------------------------------------- demo
+.PHONY: demo
+demo: cluster-up s3-up ## the first impression: a whole DFlashRun on the local control plane
+	@echo "The local control plane and S3 are up."
+	@echo "  export KUBECONFIG=$$(make -s kubeconfig)"
+	@echo "The full demo (operator + process executor + examples/tiny-cpu.yaml) is being built: see README."

