@@ -1,0 +1,245 @@
+"""The DFlashRun vocabulary: API identity, phases, stages, gates, condition types, reasons
+(with message templates), annotation and label keys. The operator imports these; nothing
+here does I/O. Child naming lives in `naming.py`; the models in `spec*.py` / `status*.py`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# --- API identity -------------------------------------------------------------------------
+GROUP = "dflash.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "DFlashRun"
+LIST_KIND = "DFlashRunList"
+PLURAL = "dflashruns"
+SINGULAR = "dflashrun"
+SHORT_NAMES = ("dfr",)
+CATEGORIES = ("dflash",)
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# --- annotation and label keys ------------------------------------------------------------
+# Set by the user (or `kubectl dflash retry`): a new value retries the failed stage once.
+ANNOTATION_RETRY = f"{GROUP}/retry"
+# Set by the user to accept a failed audit gate: "<gate>@<generation>[,<gate>@<generation>]".
+ANNOTATION_APPROVE_AUDIT = f"{GROUP}/approve-audit"
+# Put by the operator on every child it creates.
+LABEL_RUN = f"{GROUP}/run"
+LABEL_STAGE = f"{GROUP}/stage"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "dflash-operator"
+
+
+class Phase(StrEnum):
+    """Where a run is in its life (`status.phase`). See `docs/crd-reference.md`."""
+
+    PENDING = "Pending"
+    REGENERATING = "Regenerating"
+    AUDITING_COMPLETIONS = "AuditingCompletions"
+    TOKENIZING = "Tokenizing"
+    AUDITING_TOKENS = "AuditingTokens"
+    TRAINING = "Training"
+    EVALUATING = "Evaluating"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    # A gate found broken data: the run waits for a retry or an approval (not terminal).
+    AUDIT_FAILED = "AuditFailed"
+    SUSPENDED = "Suspended"
+
+    def is_terminal(self) -> bool:
+        """Terminal phases are sticky: no child is ever created again after one."""
+        return self in _TERMINAL_PHASES
+
+
+_TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+PHASE_MEANINGS: dict[Phase, str] = {
+    Phase.PENDING: "Accepted; no child created yet.",
+    Phase.REGENERATING: "The target regenerates every answer (Indexed Job, one index per shard).",
+    Phase.AUDITING_COMPLETIONS: "The completions gate checks the regenerated answers.",
+    Phase.TOKENIZING: "Completions are chat-templated and tokenized.",
+    Phase.AUDITING_TOKENS: "The tokens gate checks loss masks, anchors and truncation.",
+    Phase.TRAINING: "Distributed online training (PyTorchJob); checkpoints go to S3.",
+    Phase.EVALUATING: "Acceptance length of the exported drafter is measured.",
+    Phase.SUCCEEDED: "Terminal. status.drafterUri holds the servable drafter.",
+    Phase.FAILED: "Terminal. status.message and the Failed condition say why.",
+    Phase.AUDIT_FAILED: (
+        "A gate stopped the run before GPU time was spent on broken data. Fix the data and "
+        "retry, or accept the failure (annotations below). Not terminal."
+    ),
+    Phase.SUSPENDED: "spec.suspend is true: children stopped; resumes where it left off.",
+}
+
+
+class Stage(StrEnum):
+    """A child of a run; the value is the middle part of the child's name (`naming.py`)."""
+
+    REGEN = "regen"
+    AUDIT_COMPLETIONS = "audit-completions"
+    TOKENIZE = "tokenize"
+    AUDIT_TOKENS = "audit-tokens"
+    TRAIN = "train"
+    EVAL = "eval"
+    CLEANUP = "cleanup"
+    CONFIG = "config"
+
+
+class Gate(StrEnum):
+    """A data-audit gate; the same names as the trainer's `dflash-audit --gate`."""
+
+    PROMPTS = "prompts"
+    COMPLETIONS = "completions"
+    TOKENS = "tokens"
+
+
+class Verdict(StrEnum):
+    """The outcome of one audit gate."""
+
+    PASS = "pass"  # noqa: S105 (a verdict, not a password)
+    FAIL = "fail"
+
+
+class ConditionType(StrEnum):
+    """`status.conditions[].type`: one per pipeline stage plus the run-level summaries."""
+
+    REGENERATED = "Regenerated"
+    COMPLETIONS_AUDITED = "CompletionsAudited"
+    TOKENIZED = "Tokenized"
+    TOKENS_AUDITED = "TokensAudited"
+    TRAINED = "Trained"
+    EVALUATED = "Evaluated"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DATA_AUDIT_PASSED = "DataAuditPassed"
+
+
+CONDITION_MEANINGS: dict[ConditionType, str] = {
+    ConditionType.REGENERATED: "Every shard's completions are committed in S3.",
+    ConditionType.COMPLETIONS_AUDITED: "The completions gate ran (see DataAuditPassed).",
+    ConditionType.TOKENIZED: "Tokenized data and its manifest are committed in S3.",
+    ConditionType.TOKENS_AUDITED: "The tokens gate ran (see DataAuditPassed).",
+    ConditionType.TRAINED: "Training finished and the drafter was exported.",
+    ConditionType.EVALUATED: "Acceptance length was measured.",
+    ConditionType.SUSPENDED: "True while spec.suspend holds the run.",
+    ConditionType.SUCCEEDED: "The run finished with a drafter.",
+    ConditionType.FAILED: "The run failed for good; the message says why.",
+    ConditionType.DATA_AUDIT_PASSED: (
+        "False when a gate failed; the message names each violated check, its value and threshold."
+    ),
+}
+
+
+class ConditionStatus(StrEnum):
+    """`metav1.ConditionStatus`."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Reason(StrEnum):
+    """`status.conditions[].reason`: CamelCase, each paired with a message template.
+
+    `Reason.X.message(**fields)` fills the template; a missing field raises KeyError, so a
+    typo in the operator fails its unit tests instead of printing a half-empty message.
+    """
+
+    PENDING = "Pending"
+    STAGE_RUNNING = "StageRunning"
+    STAGE_SUCCEEDED = "StageSucceeded"
+    STAGE_SKIPPED = "StageSkipped"
+    STAGE_FAILED = "StageFailed"
+    RETRIES_EXHAUSTED = "RetriesExhausted"
+    RETRY_REQUESTED = "RetryRequested"
+    CHILD_LOST = "ChildLost"
+    CHILD_CREATE_FAILED = "ChildCreateFailed"
+    AUDIT_PENDING = "AuditPending"
+    AUDIT_PASSED = "AuditPassed"
+    AUDIT_FAILED = "AuditFailed"
+    AUDIT_APPROVED = "AuditApproved"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    NOT_SUSPENDED = "NotSuspended"
+    TRAINING_RESUMED = "TrainingResumed"
+    SUCCEEDED = "Succeeded"
+    INVALID_SPEC = "InvalidSpec"
+    UNKNOWN_NODE_POOL = "UnknownNodePool"
+
+    @property
+    def template(self) -> str:
+        return _REASON_TEMPLATES[self]
+
+    def message(self, **fields: object) -> str:
+        """The condition message for this reason, e.g. `Reason.STAGE_FAILED.message(...)`."""
+        return self.template.format(**fields)
+
+
+_REASON_TEMPLATES: dict[Reason, str] = {
+    Reason.PENDING: "Waiting for the operator to start the run",
+    Reason.STAGE_RUNNING: "{stage} is running (attempt {attempt}): {progress}",
+    Reason.STAGE_SUCCEEDED: "{stage} finished: {summary}",
+    Reason.STAGE_SKIPPED: "{stage} skipped: {why}",
+    Reason.STAGE_FAILED: "{stage} failed on attempt {attempt}: {error}",
+    Reason.RETRIES_EXHAUSTED: (
+        "{stage} failed {attempts} times (limit {limit}): {error}. Fix the cause, then retry "
+        "with: kubectl annotate dfr {run} " + ANNOTATION_RETRY + "=<any new value> --overwrite"
+    ),
+    Reason.RETRY_REQUESTED: (
+        "Retry of {stage} requested by annotation " + ANNOTATION_RETRY + "={token}; "
+        "starting attempt {attempt}"
+    ),
+    Reason.CHILD_LOST: "{kind} {name} disappeared before it finished; recreating it",
+    Reason.CHILD_CREATE_FAILED: "Could not create {kind} {name}: {error}",
+    Reason.AUDIT_PENDING: "The {gate} audit has not run yet",
+    Reason.AUDIT_PASSED: "The {gate} audit passed; report: {report_uri}",
+    Reason.AUDIT_FAILED: (
+        "The {gate} audit failed: {violations}. Report: {report_uri}. Fix the data and retry "
+        "(annotation " + ANNOTATION_RETRY + "), or accept the data as it is with: "
+        "kubectl annotate dfr {run} " + ANNOTATION_APPROVE_AUDIT + "={gate}@{generation}"
+    ),
+    Reason.AUDIT_APPROVED: (
+        "The {gate} audit failed but was accepted by annotation "
+        + ANNOTATION_APPROVE_AUDIT
+        + "={gate}@{generation}: {violations}"
+    ),
+    Reason.SUSPENDED: "spec.suspend is true: {stage} is stopped and resumes where it left off",
+    Reason.RESUMED: "spec.suspend is false: resuming {stage}",
+    Reason.NOT_SUSPENDED: "The run is not suspended",
+    Reason.TRAINING_RESUMED: "Training resumed from checkpoint {uri} (step {step})",
+    Reason.SUCCEEDED: "Drafter exported to {drafter_uri}; acceptance length {acceptance_length}",
+    Reason.INVALID_SPEC: "{field}={value} is not accepted: {accepted}",
+    Reason.UNKNOWN_NODE_POOL: (
+        "{field}={pool} is not a node pool of this operator; configured pools: {pools}"
+    ),
+}
+
+# metav1.Condition's validation of `reason` (kubernetes apimachinery `ValidateConditions`).
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+CONDITION_REASON_MAX_LENGTH = 1024
+CONDITION_TYPE_MAX_LENGTH = 316
+CONDITION_MESSAGE_MAX_LENGTH = 32768
+
+# The condition a stage sets when it finishes, and the phase in which it runs.
+STAGE_CONDITIONS: dict[Stage, ConditionType] = {
+    Stage.REGEN: ConditionType.REGENERATED,
+    Stage.AUDIT_COMPLETIONS: ConditionType.COMPLETIONS_AUDITED,
+    Stage.TOKENIZE: ConditionType.TOKENIZED,
+    Stage.AUDIT_TOKENS: ConditionType.TOKENS_AUDITED,
+    Stage.TRAIN: ConditionType.TRAINED,
+    Stage.EVAL: ConditionType.EVALUATED,
+}
+STAGE_PHASES: dict[Stage, Phase] = {
+    Stage.REGEN: Phase.REGENERATING,
+    Stage.AUDIT_COMPLETIONS: Phase.AUDITING_COMPLETIONS,
+    Stage.TOKENIZE: Phase.TOKENIZING,
+    Stage.AUDIT_TOKENS: Phase.AUDITING_TOKENS,
+    Stage.TRAIN: Phase.TRAINING,
+    Stage.EVAL: Phase.EVALUATING,
+}
+GATE_STAGES: dict[Gate, Stage] = {
+    Gate.COMPLETIONS: Stage.AUDIT_COMPLETIONS,
+    Gate.TOKENS: Stage.AUDIT_TOKENS,
+}

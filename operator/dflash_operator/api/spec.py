@@ -1,0 +1,134 @@
+"""`DFlashRunSpec`: the whole user-facing pipeline definition, and its cross-field rules.
+
+Sections live in `spec_model.py`, `spec_data.py`, `spec_audit.py`, `spec_training.py` and
+`spec_storage.py`; this module assembles them and makes target, drafter and data immutable.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from dflash_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, Rule, nested
+from dflash_operator.api.spec_audit import AuditSpec
+from dflash_operator.api.spec_data import (
+    DataSpec,
+    RegenerationSpec,
+    SourceFormat,
+    TokenizationSpec,
+)
+from dflash_operator.api.spec_model import DrafterSpec, TargetSpec
+from dflash_operator.api.spec_storage import StorageSpec
+from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
+from pydantic import Field
+
+# 30 days: the longest a finished run's children may linger before cleanup.
+MAX_TTL_SECONDS = 30 * 24 * 3600
+
+
+def immutable(field: str) -> Rule:
+    """A transition rule: the field may not change once the run exists."""
+    return Rule(
+        rule="self == oldSelf",
+        message=(
+            f"spec.{field} is immutable once the run is created, because it defines what every "
+            "stage has produced; create a new DFlashRun to change it"
+        ),
+    )
+
+
+def _regenerated_only(spec: DFlashRunSpec) -> bool:
+    return spec.regeneration.enabled or all(
+        source.format == SourceFormat.REGENERATED for source in spec.data.sources
+    )
+
+
+class DFlashRunSpec(ApiModel):
+    """What drafter to train, for which target, from which data, on which node pools."""
+
+    rules = (
+        Rule(
+            rule=(
+                "self.regeneration.enabled || self.data.sources.all(s, s.format == 'regenerated')"
+            ),
+            message=(
+                "regeneration.enabled is false, so every data.sources[].format must be "
+                "regenerated (completions already produced by this target); enable "
+                "regeneration to use prompts"
+            ),
+            check=_regenerated_only,
+            field_path=".regeneration.enabled",
+            describe=lambda spec: (
+                "regeneration.enabled is false, so every data.sources[].format must be "
+                "regenerated (completions already produced by this target), but "
+                + ", ".join(
+                    f"{s.name} is {s.format.value}"
+                    for s in spec.data.sources
+                    if s.format != SourceFormat.REGENERATED
+                )
+                + "; enable regeneration to use prompts"
+            ),
+        ),
+        Rule(
+            rule="self.tokenization.maxSeqLen > self.drafter.blockSize",
+            message="tokenization.maxSeqLen must be larger than drafter.blockSize",
+            check=lambda spec: spec.tokenization.max_seq_len > spec.drafter.block_size,
+            field_path=".tokenization.maxSeqLen",
+            describe=lambda spec: (
+                f"tokenization.maxSeqLen={spec.tokenization.max_seq_len} is not accepted: it "
+                f"must be larger than drafter.blockSize ({spec.drafter.block_size})"
+            ),
+        ),
+    )
+
+    target: Annotated[TargetSpec, immutable("target")] = Field(
+        description="The target model the drafter accelerates. Immutable."
+    )
+    drafter: Annotated[DrafterSpec, immutable("drafter")] = nested(
+        DrafterSpec, "The drafter's architecture. Immutable."
+    )
+    data: Annotated[DataSpec, immutable("data")] = Field(
+        description="Prompt (or completion) sources. Immutable."
+    )
+    regeneration: RegenerationSpec = nested(
+        RegenerationSpec, "Regeneration of every answer by the target (vLLM Jobs)."
+    )
+    tokenization: TokenizationSpec = nested(
+        TokenizationSpec, "Chat templating and tokenization of the completions."
+    )
+    audit: AuditSpec = nested(
+        AuditSpec, "Data-audit gate thresholds. Editable at any time; a retry uses the new ones."
+    )
+    training: TrainingSpec = nested(TrainingSpec, "Distributed online training of the drafter.")
+    evaluation: EvaluationSpec = nested(
+        EvaluationSpec, "Acceptance-length evaluation of the trained drafter."
+    )
+    storage: StorageSpec = Field(
+        description="S3 location of every artifact of the run, and its credentials Secret."
+    )
+    suspend: bool = Field(
+        default=False,
+        description=(
+            "true stops the running stage's children (keeping all committed output); false "
+            "resumes where the run left off. Editable at any time."
+        ),
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TTL_SECONDS,
+        description=(
+            "Delete the run's finished children (Jobs, PyTorchJob, pods) this many seconds "
+            "after the run succeeds or fails. The DFlashRun and its S3 artifacts stay. "
+            "Unset: children are kept."
+        ),
+    )
+    queue_name: DnsLabel | None = Field(
+        default=None,
+        description=(
+            "Kueue LocalQueue for the run's workloads (label kueue.x-k8s.io/queue-name). "
+            "Unset: no queueing."
+        ),
+    )
+    priority_class_name: DnsSubdomain | None = Field(
+        default=None, description="PriorityClass of the run's pods. Unset: the cluster default."
+    )

@@ -1,0 +1,165 @@
+"""`spec.storage`: the S3 location of a run's artifacts and how pods authenticate to it.
+
+Credentials never appear in the spec: fields people reach for by habit (`secretAccessKey`,
+...) exist in the schema only so that the API server can refuse them with a pointer to
+`credentialsSecretRef`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from dflash_operator.api.base import (
+    BUCKET_PATTERN,
+    MAX_NAME_LENGTH,
+    ApiModel,
+    DnsSubdomain,
+    Endpoint,
+    Rule,
+    pattern_rule,
+    refused,
+)
+from pydantic import Field, StringConstraints
+
+DEFAULT_PREFIX = "dflash"
+MAX_PREFIX_LENGTH = 512
+MAX_REGION_LENGTH = 64
+# Keys of the credentials Secret, as AWS SDKs read them from the environment.
+DEFAULT_ACCESS_KEY_ID_KEY = "AWS_ACCESS_KEY_ID"
+DEFAULT_SECRET_ACCESS_KEY_KEY = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 (a key name)
+SECRET_KEY_PATTERN = "^[-._a-zA-Z0-9]+$"  # noqa: S105 (a pattern)
+PREFIX_PATTERN = "^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$"
+REGION_PATTERN = "^[a-z0-9-]+$"
+# Names a user may try for an inline credential; each is refused with the same advice.
+REFUSED_CREDENTIAL_FIELDS = (
+    "accessKeyId",
+    "secretAccessKey",
+    "sessionToken",
+    "accessKey",
+    "secretKey",
+)
+
+Bucket = Annotated[
+    str,
+    StringConstraints(min_length=3, max_length=MAX_NAME_LENGTH),
+    pattern_rule(
+        BUCKET_PATTERN,
+        "an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-' (no s3:// in front)",
+    ),
+]
+Prefix = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_PREFIX_LENGTH),
+    pattern_rule(
+        PREFIX_PATTERN,
+        "a key prefix such as teams/ml/dflash: '/'-separated parts of letters, digits and "
+        "!_.*'()- with no leading or trailing '/'",
+    ),
+]
+SecretKeyName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    pattern_rule(SECRET_KEY_PATTERN, "a Secret data key: letters, digits, '-', '_' and '.'"),
+]
+Region = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_REGION_LENGTH),
+    pattern_rule(REGION_PATTERN, "a region name such as us-east-1"),
+]
+
+
+class CleanupPolicy(StrEnum):
+    """What happens to a run's S3 artifacts."""
+
+    RETAIN = "Retain"
+    # After success: delete regen/, tokenized/ and all checkpoints but the last.
+    DELETE_INTERMEDIATE = "DeleteIntermediate"
+    # When the DFlashRun is deleted: delete the whole run root.
+    DELETE = "Delete"
+
+
+class SecretRef(ApiModel):
+    """A Secret in the run's namespace holding S3 credentials."""
+
+    name: DnsSubdomain = Field(description="Name of the Secret, in the run's namespace.")
+    access_key_id_key: SecretKeyName = Field(
+        default=DEFAULT_ACCESS_KEY_ID_KEY,
+        description="Key of the access key id in the Secret.",
+    )
+    secret_access_key_key: SecretKeyName = Field(
+        default=DEFAULT_SECRET_ACCESS_KEY_KEY,
+        description="Key of the secret access key in the Secret.",
+    )
+
+
+_CREDENTIALS_ADVICE = (
+    "credentials never go in a DFlashRun: put them in a Secret (keys AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY) and name it in spec.storage.credentialsSecretRef.name"
+)
+
+
+def _refuse(field: str) -> Rule:
+    attribute = "".join("_" + c.lower() if c.isupper() else c for c in field)
+    return Rule(
+        rule=f"!has(self.{field})",
+        message=f"{field} is not accepted: {_CREDENTIALS_ADVICE}",
+        check=lambda storage: getattr(storage, attribute) is None,
+        field_path=f".{field}",
+    )
+
+
+def _refused_field() -> str | None:
+    return Field(
+        default=None,
+        max_length=MAX_PREFIX_LENGTH,
+        description="Refused: " + _CREDENTIALS_ADVICE + ".",
+        json_schema_extra=refused("credentialsSecretRef"),
+    )
+
+
+class StorageSpec(ApiModel):
+    """Where the run keeps its data, checkpoints and drafter: s3://<bucket>/<prefix>/<namespace>/<run>/<uid>/."""
+
+    rules = tuple(_refuse(field) for field in REFUSED_CREDENTIAL_FIELDS)
+
+    bucket: Bucket = Field(description="S3 bucket of the run's artifacts (just the name).")
+    prefix: Prefix = Field(
+        default=DEFAULT_PREFIX,
+        description=(
+            "Key prefix inside the bucket; the run's root is <prefix>/<namespace>/<run>/<uid>/."
+        ),
+    )
+    endpoint: Endpoint | None = Field(
+        default=None,
+        description=(
+            "S3 endpoint URL for S3-compatible stores (MinIO, SeaweedFS, Ceph, R2). Unset: AWS S3."
+        ),
+    )
+    region: Region | None = Field(
+        default=None, description="S3 region. Unset: the SDK's default (us-east-1)."
+    )
+    path_style: bool = Field(
+        default=False,
+        description="Address the bucket in the path (endpoint/bucket/key), as most S3-compatible stores need.",
+    )
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description=(
+            "Secret with the S3 credentials, passed to pods as environment variables. "
+            "Unset: pods use their ambient credentials (e.g. IRSA or workload identity)."
+        ),
+    )
+    cleanup_policy: CleanupPolicy = Field(
+        default=CleanupPolicy.RETAIN,
+        description=(
+            "Retain: keep every artifact. DeleteIntermediate: after success, delete "
+            "regenerated and tokenized data and all checkpoints but the last. Delete: when "
+            "the DFlashRun is deleted, delete its whole S3 root."
+        ),
+    )
+    access_key_id: str | None = _refused_field()
+    secret_access_key: str | None = _refused_field()
+    session_token: str | None = _refused_field()
+    access_key: str | None = _refused_field()
+    secret_key: str | None = _refused_field()

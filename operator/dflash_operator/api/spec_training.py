@@ -1,0 +1,254 @@
+"""`spec.training` (the user-facing subset of the trainer config, docs/trainer-config.md) and
+`spec.evaluation` (acceptance length of the trained drafter).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from dflash_operator.api.base import ApiModel, DataUri, Image, NodePoolName, Quantity, Rule
+from dflash_operator.api.naming import MAX_ATTEMPT, MAX_TRAINING_NODES
+from dflash_operator.api.spec_data import SourceFormat
+from pydantic import Field
+
+# The paper's recipe (App. A.1): 6 epochs, AdamW at 6e-4, cosine with 4% warmup, clip 1.0.
+DEFAULT_EPOCHS = 6
+MAX_EPOCHS = 1000
+DEFAULT_LEARNING_RATE = 6e-4
+DEFAULT_WARMUP_RATIO = 0.04
+DEFAULT_GRAD_CLIP = 1.0
+# SpecForge's Qwen3-8B online recipe: 4 sequences per GPU.
+DEFAULT_BATCH_SIZE = 4
+MAX_BATCH_SIZE = 1024
+MAX_GRAD_ACCUMULATION = 1024
+DEFAULT_ANCHORS = 512
+MAX_ANCHORS = 16_384
+# gamma = 7 for block 16 (5 for block 10, 4 for block 8).
+DEFAULT_LOSS_DECAY_GAMMA = 7.0
+DEFAULT_CHECKPOINT_EVERY = 1000
+DEFAULT_KEEP_CHECKPOINTS = 3
+MAX_KEEP_CHECKPOINTS = 1000
+DEFAULT_MAX_RESTARTS = 3
+# Attempt n of the train stage names its PyTorchJob `<run>-train-<n>`: n <= MAX_ATTEMPT.
+MAX_RESTARTS = MAX_ATTEMPT - 1
+MAX_PROCESSES_PER_NODE = 64
+MAX_RESOURCES = 16
+DEFAULT_EVAL_PROMPTS = 128
+MAX_EVAL_PROMPTS = 100_000
+DEFAULT_EVAL_NEW_TOKENS = 256
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class Launcher(StrEnum):
+    """The workload kind that runs distributed training."""
+
+    PYTORCHJOB = "pytorchjob"
+
+
+class Strategy(StrEnum):
+    """How the drafter is replicated across ranks (the target is always frozen per rank)."""
+
+    DDP = "ddp"
+    FSDP = "fsdp"
+
+
+_NO_GPU_KEY = Rule(
+    rule=f"!('{GPU_RESOURCE}' in self)",
+    message=f"{GPU_RESOURCE} comes from training.gpusPerNode and the node pool; remove it here",
+    check=lambda resources: GPU_RESOURCE not in resources,
+)
+
+ResourceMap = Annotated[
+    dict[Annotated[str, Field(max_length=253)], Quantity],
+    Field(max_length=MAX_RESOURCES),
+    _NO_GPU_KEY,
+]
+
+
+class Resources(ApiModel):
+    """CPU, memory and other resources of each training pod (GPUs are set elsewhere)."""
+
+    requests: ResourceMap | None = Field(
+        default=None, description="Resources each pod requests, e.g. {cpu: 32, memory: 512Gi}."
+    )
+    limits: ResourceMap | None = Field(
+        default=None, description="Resource limits of each pod, e.g. {memory: 600Gi}."
+    )
+
+
+class TrainingSpec(ApiModel):
+    """Online DFlash training: the frozen target runs in every rank and feeds the drafter."""
+
+    launcher: Launcher = Field(
+        default=Launcher.PYTORCHJOB,
+        description="Workload kind for distributed training: pytorchjob (Kubeflow, kubeflow.org/v1).",
+    )
+    image: Image | None = Field(
+        default=None,
+        description="Container image of the training pods. Unset: the operator's default.",
+    )
+    node_pool: NodePoolName | None = Field(
+        default=None,
+        description=(
+            "Node pool (from the operator's configuration) to train on. Unset: the operator's "
+            "default pool for training (rtx-pro-6000 in the default configuration)."
+        ),
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_TRAINING_NODES,
+        description="Nodes (pods) to train on: one PyTorchJob Master plus nodes-1 Workers.",
+    )
+    gpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PROCESSES_PER_NODE,
+        description=(
+            "Training processes (one per GPU) per node. Unset: all GPUs of a node of the "
+            "pool. On a CPU pool: processes per pod. More than the pool offers is refused."
+        ),
+    )
+    strategy: Strategy = Field(
+        default=Strategy.DDP,
+        description="ddp (drafter replicated on every rank) or fsdp (drafter sharded, FSDP2).",
+    )
+    epochs: int = Field(
+        default=DEFAULT_EPOCHS, ge=1, le=MAX_EPOCHS, description="Passes over the training data."
+    )
+    learning_rate: float = Field(
+        default=DEFAULT_LEARNING_RATE,
+        gt=0,
+        le=1,
+        description="Peak AdamW learning rate, reached after warmup, then cosine decay.",
+    )
+    warmup_ratio: float = Field(
+        default=DEFAULT_WARMUP_RATIO,
+        ge=0,
+        lt=1,
+        description="Share of all steps spent warming the learning rate up linearly (0 <= x < 1).",
+    )
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description=(
+            "Sequences per GPU per step. The global batch is batchSize x nodes x gpusPerNode "
+            "x gradientAccumulationSteps."
+        ),
+    )
+    gradient_accumulation_steps: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_GRAD_ACCUMULATION,
+        description="Micro-batches accumulated before each optimizer step.",
+    )
+    anchors_per_sequence: int = Field(
+        default=DEFAULT_ANCHORS,
+        ge=1,
+        le=MAX_ANCHORS,
+        description=(
+            "Random block starts drawn per sequence from the supervised tokens, resampled "
+            "every epoch; each anchor trains one draft block."
+        ),
+    )
+    loss_decay_gamma: float = Field(
+        default=DEFAULT_LOSS_DECAY_GAMMA,
+        gt=0,
+        le=1000,
+        description=(
+            "Weight of block position k in the loss is exp(-(k-1)/gamma): early positions "
+            "matter most. 7 for blockSize 16, 5 for 10, 4 for 8."
+        ),
+    )
+    grad_clip: float = Field(
+        default=DEFAULT_GRAD_CLIP,
+        ge=0,
+        description="Clip the gradient norm to this value; 0 disables clipping.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of anchors, shuffling and init.")
+    checkpoint_every_steps: int = Field(
+        default=DEFAULT_CHECKPOINT_EVERY,
+        ge=1,
+        description=(
+            "Commit a checkpoint to S3 every this many optimizer steps (and at the end). "
+            "Training resumes from the newest committed checkpoint after any failure."
+        ),
+    )
+    keep_checkpoints: int = Field(
+        default=DEFAULT_KEEP_CHECKPOINTS,
+        ge=1,
+        le=MAX_KEEP_CHECKPOINTS,
+        description="Committed checkpoints kept in S3; older ones are deleted.",
+    )
+    max_restarts: int = Field(
+        default=DEFAULT_MAX_RESTARTS,
+        ge=0,
+        le=MAX_RESTARTS,
+        description=(
+            "Times a failed training job is recreated (resuming from the newest committed "
+            f"checkpoint) before the run fails. At most {MAX_RESTARTS}."
+        ),
+    )
+    resources: Resources | None = Field(
+        default=None,
+        description="CPU and memory per training pod. Unset: the node pool's defaults.",
+    )
+
+
+class EvalPrompts(ApiModel):
+    """Held-out prompts for measuring acceptance length."""
+
+    uri: DataUri = Field(description="Where the prompts are (same forms as data.sources[].uri).")
+    format: SourceFormat = Field(
+        description="Record layout (same values as data.sources[].format)."
+    )
+
+
+class EvaluationSpec(ApiModel):
+    """Speculative decoding with the trained drafter on held-out prompts: acceptance length."""
+
+    rules = (
+        Rule(
+            rule="!has(self.prompts) || self.prompts.format != 'regenerated'",
+            message="prompts.format regenerated is not accepted: evaluation needs prompts",
+            check=lambda e: e.prompts is None or e.prompts.format != SourceFormat.REGENERATED,
+            field_path=".prompts.format",
+        ),
+    )
+
+    enabled: bool = Field(default=True, description="Measure acceptance length after training.")
+    prompts: EvalPrompts | None = Field(
+        default=None,
+        description=(
+            "Prompts to evaluate on. Unset: maxPrompts prompts held out of spec.data.sources "
+            "(never trained on)."
+        ),
+    )
+    max_prompts: int = Field(
+        default=DEFAULT_EVAL_PROMPTS,
+        ge=1,
+        le=MAX_EVAL_PROMPTS,
+        description="Prompts evaluated.",
+    )
+    max_new_tokens: int = Field(
+        default=DEFAULT_EVAL_NEW_TOKENS,
+        ge=1,
+        le=32_768,
+        description="Tokens generated per prompt.",
+    )
+    temperature: float = Field(
+        default=0.0,
+        ge=0,
+        le=2,
+        description="Sampling temperature of the target during evaluation; 0 is greedy.",
+    )
+    image: Image | None = Field(
+        default=None,
+        description="Container image of the evaluation pod. Unset: the operator's default.",
+    )
+    node_pool: NodePoolName | None = Field(
+        default=None,
+        description="Node pool for evaluation. Unset: the operator's default for training.",
+    )
