@@ -17,7 +17,7 @@ from pathlib import Path
 STOP_GRACE_SECONDS = 10.0
 
 
-def _start_ticks(pid: int) -> int | None:
+def process_start_ticks(pid: int) -> int | None:
     """Kernel start time of `pid` (field 22 of /proc/<pid>/stat), or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -39,7 +39,7 @@ class Tracked:
     log: Path
 
     def is_alive(self) -> bool:
-        return _start_ticks(self.pid) == self.start_ticks
+        return process_start_ticks(self.pid) == self.start_ticks
 
 
 def pid_file(state_dir: Path, name: str) -> Path:
@@ -77,7 +77,7 @@ def start(
             cwd=cwd,
             start_new_session=True,
         )
-    ticks = _start_ticks(proc.pid)
+    ticks = process_start_ticks(proc.pid)
     tracked = Tracked(name, proc.pid, ticks or 0, log)
     path = pid_file(state_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,14 +12,14 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import binaries, s3server
+from . import binaries, s3server, watchdog
 from . import cluster as local_cluster
 from .errors import DevError
 
@@ -91,6 +91,13 @@ class S3Handle:
         return self.info.client()
 
 
+def _guard(component: str, down: Callable[[], object]) -> subprocess.Popen[bytes]:
+    """Stop `component` when this session ends: atexit for a crash inside Python, and a
+    watchdog process for a session that is killed outright (SIGKILL, CI timeout)."""
+    atexit.register(down)
+    return watchdog.spawn(os.getpid(), [component])
+
+
 def _reachable(kubeconfig: Path) -> bool:
     if not kubeconfig.is_file() or not binaries.cached_path("kubectl").exists():
         return False
@@ -126,11 +133,12 @@ def cluster() -> Iterator[ClusterHandle]:
     except DevError as exc:
         pytest.fail(f"the local control plane could not start: {exc}", pytrace=False)
     started = not was_up and not os.environ.get("DFLASH_KEEP_CLUSTER")
-    if started:
-        atexit.register(local_cluster.down)  # also when the session dies before teardown
+    guard = _guard("cluster", local_cluster.down) if started else None
     yield ClusterHandle(Path(info.kubeconfig), started_here=started)
     if started:
         local_cluster.down()
+    if guard:
+        guard.terminate()
 
 
 @pytest.fixture(scope="session")
@@ -141,11 +149,12 @@ def s3() -> Iterator[S3Handle]:
     except DevError as exc:
         pytest.fail(f"the S3 server could not start: {exc}", pytrace=False)
     started = not was_up and not os.environ.get("DFLASH_KEEP_S3")
-    if started:
-        atexit.register(s3server.down)
+    guard = _guard("s3", s3server.down) if started else None
     yield S3Handle(info, started_here=started)
     if started:
         s3server.down()
+    if guard:
+        guard.terminate()
 
 
 @pytest.fixture

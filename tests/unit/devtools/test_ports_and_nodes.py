@@ -1,0 +1,47 @@
+"""Free ports are really free, and the fake node pools look like the real GPU machines."""
+
+from __future__ import annotations
+
+import socket
+
+from dflash_dev.nodes import DEFAULT_POOLS, build_nodes
+from dflash_dev.ports import free_port, free_ports, is_listening
+
+
+def test_a_busy_port_is_never_handed_out() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        ports = free_ports(20)
+        assert taken not in ports
+        assert len(set(ports)) == 20
+        assert is_listening(taken)
+
+
+def test_free_port_leaves_room_for_a_grpc_port_above_it() -> None:
+    assert free_port() + 10000 < 65535
+
+
+def test_default_pools_match_the_design() -> None:
+    nodes = {n["metadata"]["name"]: n for n in build_nodes()}
+    assert sorted(nodes) == ["b200-0", "b200-1", "cpu-0", "rtx-pro-6000-0", "rtx-pro-6000-1"]
+    b200 = nodes["b200-0"]
+    assert b200["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-B200"
+    assert b200["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert b200["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
+    rtx = nodes["rtx-pro-6000-1"]
+    assert (
+        rtx["metadata"]["labels"]["nvidia.com/gpu.product"]
+        == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+    )
+    assert rtx["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    cpu = nodes["cpu-0"]
+    assert "nvidia.com/gpu" not in cpu["status"]["capacity"]
+    assert cpu["spec"]["taints"] == []
+    assert all(
+        n["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"} for n in nodes.values()
+    )
+    assert {p.name for p in DEFAULT_POOLS} == {"b200", "rtx-pro-6000", "cpu"}
