@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from dflash_operator.api.constants import CRD_NAME
 from dflash_operator.api.crd import build_crd
 from dflash_operator.api.reference import build_reference

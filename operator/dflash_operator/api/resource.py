@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
 from dflash_operator.api.constants import API_VERSION, KIND
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.status import DFlashRunStatus
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 
 class RunMetadata(BaseModel):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dflash_operator.api.base import CEL_KEY
 from pydantic import BaseModel
+
+from dflash_operator.api.base import CEL_KEY
 
 JsonObj = dict[str, Any]
 # Keys a CRD schema may carry; anything else from pydantic is dropped or converted.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from pydantic import Field
+
 from dflash_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, Rule, nested
 from dflash_operator.api.spec_audit import AuditSpec
 from dflash_operator.api.spec_data import (
@@ -19,7 +21,6 @@ from dflash_operator.api.spec_data import (
 from dflash_operator.api.spec_model import DrafterSpec, TargetSpec
 from dflash_operator.api.spec_storage import StorageSpec
 from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
-from pydantic import Field
 
 # 30 days: the longest a finished run's children may linger before cleanup.
 MAX_TTL_SECONDS = 30 * 24 * 3600

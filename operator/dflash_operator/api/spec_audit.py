@@ -7,8 +7,9 @@ keeps the two in sync. Thresholds stay editable while a run exists.
 
 from __future__ import annotations
 
-from dflash_operator.api.base import ApiModel, NodePoolName, nested
 from pydantic import Field
+
+from dflash_operator.api.base import ApiModel, NodePoolName, nested
 
 Rate = float
 

@@ -8,9 +8,10 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
+from pydantic import Field
+
 from dflash_operator.api.base import ApiModel, DataUri, DnsLabel, Image, NodePoolName, Rule
 from dflash_operator.api.naming import MAX_SHARDS
-from pydantic import Field
 
 MAX_SOURCES = 64
 # Regeneration: long enough for a thinking trace plus an answer; truncated outputs are

@@ -9,8 +9,9 @@ import itertools
 from enum import StrEnum
 from typing import Annotated
 
-from dflash_operator.api.base import ApiModel, ModelUri, Revision, Rule
 from pydantic import Field
+
+from dflash_operator.api.base import ApiModel, ModelUri, Revision, Rule
 
 # The paper's block size for Qwen3 targets (10 for Llama-3.1): 1 bonus token + 15 drafted.
 DEFAULT_BLOCK_SIZE = 16

@@ -10,6 +10,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
+from pydantic import Field, StringConstraints
+
 from dflash_operator.api.base import (
     BUCKET_PATTERN,
     MAX_NAME_LENGTH,
@@ -20,7 +22,6 @@ from dflash_operator.api.base import (
     pattern_rule,
     refused,
 )
-from pydantic import Field, StringConstraints
 
 DEFAULT_PREFIX = "dflash"
 MAX_PREFIX_LENGTH = 512

@@ -7,10 +7,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
+from pydantic import Field
+
 from dflash_operator.api.base import ApiModel, DataUri, Image, NodePoolName, Quantity, Rule
 from dflash_operator.api.naming import MAX_ATTEMPT, MAX_TRAINING_NODES
 from dflash_operator.api.spec_data import SourceFormat
-from pydantic import Field
 
 # The paper's recipe (App. A.1): 6 epochs, AdamW at 6e-4, cosine with 4% warmup, clip 1.0.
 DEFAULT_EPOCHS = 6

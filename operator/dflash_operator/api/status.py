@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from pydantic import Field
+
+from dflash_operator.api.annotations import MAX_RETRY_TOKEN_LENGTH
 from dflash_operator.api.constants import ConditionStatus, ConditionType, Gate, Phase, Reason
 from dflash_operator.api.status_parts import (
     Approval,
@@ -21,9 +24,7 @@ from dflash_operator.api.status_parts import (
     Timestamp,
     TrainingProgress,
 )
-from pydantic import Field
 
-MAX_RETRY_TOKEN_LENGTH = 253
 # Thousands separators for the Progress column: "412k", "1.6M", "2.1G".
 _UNITS = ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k"))
 # Below this many units one decimal is shown ("1.6M"), above none ("412k").

@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
+from pydantic import AfterValidator, ConfigDict, Field, PlainSerializer, StringConstraints
+
 from dflash_operator.api.base import ApiModel
 from dflash_operator.api.constants import (
     CONDITION_MESSAGE_MAX_LENGTH,
@@ -18,7 +20,6 @@ from dflash_operator.api.constants import (
     Gate,
     Verdict,
 )
-from pydantic import AfterValidator, ConfigDict, Field, PlainSerializer, StringConstraints
 
 SHA256_PATTERN = "^[0-9a-f]{64}$"
 

@@ -7,13 +7,15 @@ this is the operator's second line of defence and the offline linter's first.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from pydantic import ValidationError
 
 from dflash_operator.api.base import RULE_ERROR
 from dflash_operator.api.naming import check_run_name
 from dflash_operator.api.resource import DFlashRun
 from dflash_operator.api.spec import DFlashRunSpec
-from pydantic import ValidationError
 
 # Long values are cut in messages: the point is to recognise them, not to echo a template.
 MAX_SHOWN_VALUE = 80
@@ -31,7 +33,7 @@ def _path(root: str, loc: tuple[int | str, ...], field_path: str = "") -> str:
     out = root
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out + field_path
+    return (out + field_path).lstrip(".")
 
 
 def _shown(value: Any) -> str:
@@ -60,10 +62,17 @@ def describe_errors(error: ValidationError, root: str) -> list[str]:
     return problems
 
 
+def _as_json(raw: Any) -> str:
+    """Validate as JSON, strictly, to accept exactly what the API server accepts: "yes" is
+    not a boolean and "8" is not an integer (pydantic's lax mode would convert both).
+    """
+    return json.dumps(raw, default=str)
+
+
 def parse_spec(raw: Any) -> DFlashRunSpec:
     """Validate `spec` (a dict, as read from the API server or a YAML file)."""
     try:
-        return DFlashRunSpec.model_validate(raw)
+        return DFlashRunSpec.model_validate_json(_as_json(raw), strict=True)
     except ValidationError as error:
         raise SpecError(describe_errors(error, "spec")) from None
 
@@ -71,7 +80,7 @@ def parse_spec(raw: Any) -> DFlashRunSpec:
 def parse_run(raw: Any) -> DFlashRun:
     """Validate a whole DFlashRun object, including the length and form of its name."""
     try:
-        run = DFlashRun.model_validate(raw)
+        run = DFlashRun.model_validate_json(_as_json(raw), strict=True)
     except ValidationError as error:
         raise SpecError(describe_errors(error, "")) from None
     problem = check_run_name(run.metadata.name)
