@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ class Case:
     manifest: dict[str, Any]
     # For edits after creation: the manifest to create first (then `manifest` is applied).
     created_first: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _parts(path: str) -> list[str | int]:
