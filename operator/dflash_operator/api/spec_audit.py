@@ -1,94 +1,141 @@
-"""`spec.audit`: the thresholds of the data-audit gates (prompts, completions, tokens).
+"""`spec.audit`: the thresholds of the data-audit gates, grouped by gate (prompts, completions,
+tokens) plus the few that every gate shares.
 
-Mirrors the trainer's `dflash_trainer/data/audit/thresholds.py` field for field (camelCase
-here), with the same defaults; `tests/unit/api/test_audit_thresholds_match_trainer.py`
-keeps the two in sync. Thresholds stay editable while a run exists.
+Mirrors `Thresholds` of `dflash_trainer/data/audit/thresholds.py` name for name (camelCase
+here) with the same defaults and bounds; `thresholds_file()` flattens it back into that
+file's shape for the stage pods. `tests/unit/api/test_audit_thresholds.py` keeps the two in
+sync. Thresholds stay editable while a run exists; a retry uses the new values.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
 from dflash_operator.api.base import ApiModel, NodePoolName, nested
 
-Rate = float
 
-
-def _rate(default: float, description: str) -> float:
+def _rate(default: float, description: str) -> Any:
+    """A fraction in [0, 1]."""
     return Field(default=default, ge=0, le=1, description=description)
 
 
 class PromptsGate(ApiModel):
-    """Checks on the prompts, before any GPU is used."""
+    """Checks on the prompts as read from the sources, before any GPU is used."""
 
-    min_samples: int = Field(
-        default=1, ge=1, description="Fewest prompts (all sources together) a run may have."
+    max_malformed_rate: float = _rate(
+        0.01,
+        "Most unreadable rows allowed: invalid JSON or UTF-8, missing fields, non-string "
+        "content, lines over 4 MiB.",
     )
-    max_empty_prompt_rate: Rate = _rate(
-        0.01, "Largest share of prompts that are empty or whitespace."
+    max_role_error_rate: float = _rate(
+        0.01, "Most rows with unknown roles or turns out of order allowed."
     )
-    max_duplicate_rate: Rate = _rate(
-        0.2, "Largest share of prompts that repeat an earlier prompt of the same source."
+    max_empty_prompt_rate: float = _rate(0.01, "Most rows with no non-empty user message allowed.")
+    max_duplicate_rate: float = _rate(
+        0.3,
+        "Most duplicate prompts allowed (they are dropped; a high rate means a repetitive or "
+        "broken source).",
+    )
+    max_overlong_prompt_rate: float = _rate(
+        0.01,
+        "Most prompts allowed that leave the engine less than regeneration.maxNewTokens of "
+        "context.",
     )
 
 
 class CompletionsGate(ApiModel):
-    """Checks on the regenerated answers, before tokenization."""
+    """Checks on the answers the target regenerated, before tokenization."""
 
-    max_empty_response_rate: Rate = _rate(
-        0.02, "Largest share of answers with no text after the thinking block."
+    max_empty_response_rate: float = _rate(
+        0.02, "Most answers with no text after the think block allowed."
     )
-    max_empty_thinking_rate: Rate = _rate(
-        0.1, "Largest share of empty thinking blocks (checked when target.thinking is on)."
+    max_top_response_share: float = _rate(
+        0.05, "Largest share of samples allowed to carry one identical answer text."
     )
-    stub_max_tokens: int = Field(
-        default=16,
-        ge=0,
-        le=4096,
-        description="An answer with fewer output tokens than this is a stub.",
+    max_truncation_rate: float = _rate(
+        0.05,
+        "Most generations allowed to stop at regeneration.maxNewTokens (finish_reason length).",
     )
-    max_stub_rate: Rate = _rate(0.1, "Largest share of stub answers (see stubMaxTokens).")
-    max_top_response_share: Rate = _rate(
-        0.05, "Largest share of the single most frequent answer text."
-    )
-    max_truncation_rate: Rate = _rate(
-        0.1, "Largest share of answers cut at maxNewTokens (finish_reason length)."
-    )
-    max_stray_think_tag_rate: Rate = _rate(
-        0.01, "Largest share of answers with a <think> or </think> tag in the final text."
+    max_stray_think_rate: float = _rate(
+        0.01, "Most answers allowed with a <think> or </think> tag left in the answer text."
     )
 
 
 class TokensGate(ApiModel):
-    """Checks on the tokenized data, before training."""
+    """Checks on the tokenized training data, before training."""
 
-    max_loss_mask_mode_share: Rate = _rate(
-        0.2,
-        "Largest share of samples whose loss_mask sum equals the most common sum (the "
-        "incident: 87% of samples had exactly 6 supervised tokens).",
+    max_loss_mask_mode_share: float = _rate(
+        0.10,
+        "Largest share of samples allowed to have the same loss_mask sum (87% at exactly 6 "
+        "in the incident this project was born from).",
     )
-    max_no_anchor_rate: Rate = _rate(
+    max_no_anchor_rate: float = _rate(
         0.05,
-        "Largest share of samples without a valid anchor (fewer than blockSize+1 "
-        "consecutive supervised tokens).",
+        "Most samples allowed without blockSize+1 consecutive supervised tokens (no valid "
+        "DFlash anchor: they teach nothing).",
     )
-    min_supervised_fraction: Rate = _rate(
-        0.1, "Smallest share of all tokens that are supervised (loss_mask 1)."
+    min_supervised_fraction: float = _rate(
+        0.05, "Fewest supervised tokens allowed, as a fraction of all tokens."
     )
-    max_truncation_rate: Rate = _rate(
-        0.1, "Largest share of samples cut at tokenization.maxSeqLen."
+    max_seq_truncation_rate: float = _rate(
+        0.05, "Most samples allowed to be cut at tokenization.maxSeqLen."
     )
-    min_thinking_rate: Rate = _rate(
-        0.9, "Smallest share of samples with a non-empty thinking block (when thinking is on)."
+    max_thinking_missing_rate: float = _rate(
+        0.05,
+        "Most samples allowed with no supervised </think> (checked when target.thinking is on).",
+    )
+    min_thinking_tokens: int = Field(
+        default=3,
+        ge=1,
+        description=(
+            "Thinking with fewer tokens than this between the tags counts as empty "
+            "(<think>\\n\\n</think> has 1)."
+        ),
     )
     min_supervised_tokens: int = Field(
-        default=1, ge=0, description="Fewest supervised tokens in the whole dataset."
+        default=1000, ge=0, description="Fewest supervised tokens in the whole dataset."
+    )
+    max_drift_rate: float = _rate(
+        0.10,
+        "Most samples allowed whose re-tokenized answer differs from the token ids the "
+        "engine generated.",
     )
 
 
 class AuditSpec(ApiModel):
-    """Thresholds of the gates that stop a run before GPU time is spent on broken data."""
+    """Thresholds of the gates that stop a run before GPU time is spent on broken data.
 
+    A gate fails when any check crosses its limit, overall or in any source with at least
+    minSourceSamples samples. The first five fields apply to every gate they concern.
+    """
+
+    min_samples: int = Field(
+        default=1, ge=0, description="Fewest samples a gate accepts; an empty dataset fails."
+    )
+    min_source_samples: int = Field(
+        default=20,
+        ge=1,
+        description=(
+            "Per-source checks only judge sources with at least this many samples (a rate "
+            "over 3 samples is noise)."
+        ),
+    )
+    stub_tokens: int = Field(
+        default=16,
+        ge=1,
+        description=(
+            "An answer (completions gate) or a loss-mask sum (tokens gate) shorter than this "
+            "many tokens is a stub. The incident's stub was 6 tokens."
+        ),
+    )
+    max_stub_rate: float = _rate(0.05, "Most stubs allowed (completions and tokens gates).")
+    max_empty_thinking_rate: float = _rate(
+        0.05,
+        "Most answers with an empty think block (<think>\\n\\n</think>) allowed (completions "
+        "and tokens gates, when target.thinking is on).",
+    )
     prompts: PromptsGate = nested(PromptsGate, "Prompts gate thresholds.")
     completions: CompletionsGate = nested(CompletionsGate, "Completions gate thresholds.")
     tokens: TokensGate = nested(TokensGate, "Tokens gate thresholds.")
@@ -96,3 +143,19 @@ class AuditSpec(ApiModel):
         default=None,
         description="Node pool for audit Jobs. Unset: the operator's default (cpu).",
     )
+
+    def thresholds_file(self, *, expect_thinking: bool) -> dict[str, Any]:
+        """The flat `thresholds.yaml` the gates read (dflash_trainer.data.audit.thresholds):
+        shared fields and every gate's fields side by side; `expectThinking` follows
+        `spec.target.thinking`.
+        """
+        shared = self.model_dump(
+            mode="json", by_alias=True, exclude={"prompts", "completions", "tokens", "node_pool"}
+        )
+        return {
+            **shared,
+            **self.prompts.to_api(),
+            **self.completions.to_api(),
+            **self.tokens.to_api(),
+            "expectThinking": expect_thinking,
+        }

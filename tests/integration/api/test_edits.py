@@ -14,7 +14,7 @@ def test_suspend_thresholds_and_training_can_be_edited_after_creation(
     assert runs.apply(manifest).returncode == 0
     edited = copy.deepcopy(manifest)
     edited["spec"]["suspend"] = True
-    edited["spec"]["audit"] = {"completions": {"maxStubRate": 0.3}}
+    edited["spec"]["audit"] = {"maxStubRate": 0.3, "tokens": {"maxNoAnchorRate": 0.2}}
     edited["spec"]["training"]["epochs"] = 3
 
     result = runs.apply(edited)
@@ -22,7 +22,8 @@ def test_suspend_thresholds_and_training_can_be_edited_after_creation(
     assert result.returncode == 0, result.stderr
     stored = runs.get("editable")
     assert stored["spec"]["suspend"] is True
-    assert stored["spec"]["audit"]["completions"]["maxStubRate"] == 0.3
+    assert stored["spec"]["audit"]["maxStubRate"] == 0.3
+    assert stored["spec"]["audit"]["tokens"]["maxNoAnchorRate"] == 0.2
     assert stored["spec"]["training"]["epochs"] == 3
     assert stored["metadata"]["generation"] == 2
 

@@ -36,9 +36,8 @@ def test_the_minimal_example_of_the_reference_gets_every_default_from_the_server
     spec = runs.get(manifest["metadata"]["name"])["spec"]
     assert spec["drafter"] == {"blockSize": 16, "numLayers": 5}
     assert spec["training"]["epochs"] == 6 and spec["training"]["anchorsPerSequence"] == 512
-    assert spec["audit"]["completions"]["maxStubRate"] == pytest.approx(
-        parse_run(manifest).spec.audit.completions.max_stub_rate
-    )
+    assert spec["audit"]["stubTokens"] == 16
+    assert spec["audit"]["tokens"]["maxLossMaskModeShare"] == pytest.approx(0.1)
     assert spec["storage"]["cleanupPolicy"] == "Retain"
 
 
