@@ -8,7 +8,7 @@ Credentials never appear in the spec: fields people reach for by habit (`secretA
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
@@ -110,10 +110,11 @@ def _refuse(field: str) -> Rule:
     )
 
 
-def _refused_field() -> str | None:
+def _refused_field() -> Any:
+    """A field that is only declared so that setting it is refused with a pointer to the Secret."""
+    # No maxLength: a long session token must get the same advice, not "Too long".
     return Field(
         default=None,
-        max_length=MAX_PREFIX_LENGTH,
         description="Refused: " + _CREDENTIALS_ADVICE + ".",
         json_schema_extra=refused("credentialsSecretRef"),
     )
