@@ -121,7 +121,10 @@ def _refused_field() -> Any:
 
 
 class StorageSpec(ApiModel):
-    """Where the run keeps its data, checkpoints and drafter: s3://<bucket>/<prefix>/<namespace>/<run>/<uid>/."""
+    """Where the run keeps its data, checkpoints and drafter.
+
+    The run's root is s3://<bucket>/<prefix>/<namespace>/<run>/<uid>/.
+    """
 
     rules = tuple(_refuse(field) for field in REFUSED_CREDENTIAL_FIELDS)
 
@@ -143,7 +146,10 @@ class StorageSpec(ApiModel):
     )
     path_style: bool = Field(
         default=False,
-        description="Address the bucket in the path (endpoint/bucket/key), as most S3-compatible stores need.",
+        description=(
+            "Address the bucket in the path (endpoint/bucket/key), as most S3-compatible "
+            "stores need."
+        ),
     )
     credentials_secret_ref: SecretRef | None = Field(
         default=None,

@@ -51,7 +51,7 @@ class Strategy(StrEnum):
     """How the drafter is replicated across ranks (the target is always frozen per rank)."""
 
     DDP = "ddp"
-    FSDP = "fsdp"
+    FSDP2 = "fsdp2"
 
 
 _NO_GPU_KEY = Rule(
@@ -79,11 +79,17 @@ class Resources(ApiModel):
 
 
 class TrainingSpec(ApiModel):
-    """Online DFlash training: the frozen target runs in every rank and feeds the drafter."""
+    """Online DFlash training: the frozen target runs in every rank and feeds the drafter.
+
+    Fields marked "train.yaml: key" become that key of the trainer config
+    (docs/trainer-config.md); the rest shape the PyTorchJob.
+    """
 
     launcher: Launcher = Field(
         default=Launcher.PYTORCHJOB,
-        description="Workload kind for distributed training: pytorchjob (Kubeflow, kubeflow.org/v1).",
+        description=(
+            "Workload kind for distributed training: pytorchjob (Kubeflow, kubeflow.org/v1)."
+        ),
     )
     image: Image | None = Field(
         default=None,
@@ -113,22 +119,35 @@ class TrainingSpec(ApiModel):
     )
     strategy: Strategy = Field(
         default=Strategy.DDP,
-        description="ddp (drafter replicated on every rank) or fsdp (drafter sharded, FSDP2).",
+        description=(
+            "ddp (drafter and optimizer state replicated on every rank) or fsdp2 (sharded "
+            "across ranks with FSDP2: for large drafters next to a large frozen target). "
+            "(train.yaml: distributed.strategy)"
+        ),
     )
     epochs: int = Field(
-        default=DEFAULT_EPOCHS, ge=1, le=MAX_EPOCHS, description="Passes over the training data."
+        default=DEFAULT_EPOCHS,
+        ge=1,
+        le=MAX_EPOCHS,
+        description="Passes over the training data. (train.yaml: optim.epochs)",
     )
     learning_rate: float = Field(
         default=DEFAULT_LEARNING_RATE,
         gt=0,
         le=1,
-        description="Peak AdamW learning rate, reached after warmup, then cosine decay.",
+        description=(
+            "Peak AdamW learning rate, reached after warmup, then cosine decay. (train.yaml: "
+            "optim.lr)"
+        ),
     )
     warmup_ratio: float = Field(
         default=DEFAULT_WARMUP_RATIO,
         ge=0,
         lt=1,
-        description="Share of all steps spent warming the learning rate up linearly (0 <= x < 1).",
+        description=(
+            "Share of all steps spent warming the learning rate up linearly (0 <= x < 1). "
+            "(train.yaml: optim.warmup_ratio)"
+        ),
     )
     batch_size: int = Field(
         default=DEFAULT_BATCH_SIZE,
@@ -136,14 +155,24 @@ class TrainingSpec(ApiModel):
         le=MAX_BATCH_SIZE,
         description=(
             "Sequences per GPU per step. The global batch is batchSize x nodes x gpusPerNode "
-            "x gradientAccumulationSteps."
+            "x gradientAccumulationSteps. (train.yaml: data.batch_size)"
         ),
     )
     gradient_accumulation_steps: int = Field(
         default=1,
         ge=1,
         le=MAX_GRAD_ACCUMULATION,
-        description="Micro-batches accumulated before each optimizer step.",
+        description=(
+            "Micro-batches accumulated before each optimizer step. (train.yaml: optim.grad_accum)"
+        ),
+    )
+    max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Stop after this many optimizer steps, before the epochs are done (smoke tests). "
+            "Unset: train for all epochs. (train.yaml: optim.max_steps)"
+        ),
     )
     anchors_per_sequence: int = Field(
         default=DEFAULT_ANCHORS,
@@ -151,7 +180,8 @@ class TrainingSpec(ApiModel):
         le=MAX_ANCHORS,
         description=(
             "Random block starts drawn per sequence from the supervised tokens, resampled "
-            "every epoch; each anchor trains one draft block."
+            "every epoch; each anchor trains one draft block. (train.yaml: "
+            "objective.anchors_per_sequence)"
         ),
     )
     loss_decay_gamma: float = Field(
@@ -160,28 +190,37 @@ class TrainingSpec(ApiModel):
         le=1000,
         description=(
             "Weight of block position k in the loss is exp(-(k-1)/gamma): early positions "
-            "matter most. 7 for blockSize 16, 5 for 10, 4 for 8."
+            "matter most. 7 for blockSize 16, 5 for 10, 4 for 8. (train.yaml: objective.gamma)"
         ),
     )
     grad_clip: float = Field(
         default=DEFAULT_GRAD_CLIP,
         ge=0,
-        description="Clip the gradient norm to this value; 0 disables clipping.",
+        description=(
+            "Clip the gradient norm to this value; 0 disables clipping. (train.yaml: "
+            "optim.grad_clip)"
+        ),
     )
-    seed: int = Field(default=0, ge=0, description="Seed of anchors, shuffling and init.")
+    seed: int = Field(
+        default=0, ge=0, description="Seed of anchors, shuffling and init. (train.yaml: seed)"
+    )
     checkpoint_every_steps: int = Field(
         default=DEFAULT_CHECKPOINT_EVERY,
         ge=1,
         description=(
             "Commit a checkpoint to S3 every this many optimizer steps (and at the end). "
-            "Training resumes from the newest committed checkpoint after any failure."
+            "Training resumes from the newest committed checkpoint after any failure. (train.yaml: "
+            "checkpoint.every_steps)"
         ),
     )
     keep_checkpoints: int = Field(
         default=DEFAULT_KEEP_CHECKPOINTS,
         ge=1,
         le=MAX_KEEP_CHECKPOINTS,
-        description="Committed checkpoints kept in S3; older ones are deleted.",
+        description=(
+            "Committed checkpoints kept in S3; older ones are deleted. (train.yaml: "
+            "checkpoint.keep_last)"
+        ),
     )
     max_restarts: int = Field(
         default=DEFAULT_MAX_RESTARTS,

@@ -63,7 +63,9 @@ class DFlashRunStatus(StatusModel):
     )
     node_pools: str | None = Field(
         default=None,
-        description="Node pools in use for kubectl get -o wide, e.g. 'regen=b200 train=rtx-pro-6000'.",
+        description=(
+            "Node pools in use for kubectl get -o wide, e.g. 'regen=b200 train=rtx-pro-6000'."
+        ),
     )
     stages: StageProgress | None = Field(default=None, description="Per-stage progress.")
     training: TrainingProgress | None = Field(

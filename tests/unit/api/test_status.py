@@ -15,13 +15,18 @@ from dflash_operator.api.status import (
     format_progress,
     upsert_condition,
 )
-from dflash_operator.api.status_parts import AuditResult, AuditStatus, TrainingProgress
+from dflash_operator.api.status_parts import (
+    AuditResult,
+    AuditStatus,
+    Condition,
+    TrainingProgress,
+)
 from pydantic import ValidationError
 
 T0 = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-def _condition(status: ConditionStatus, when: datetime) -> object:
+def _condition(status: ConditionStatus, when: datetime) -> Condition:
     return build_condition(
         ConditionType.TRAINED,
         status,
@@ -59,7 +64,7 @@ def test_a_timestamp_without_a_time_zone_is_refused() -> None:
 def test_a_status_read_back_from_the_server_parses_into_the_same_model() -> None:
     sent = DFlashRunStatus(
         phase=Phase.AUDIT_FAILED,
-        conditions=[_condition(ConditionStatus.FALSE, T0)],  # type: ignore[list-item]
+        conditions=[_condition(ConditionStatus.FALSE, T0)],
         audit=AuditStatus(completions=AuditResult(verdict=Verdict.FAIL, metrics={"stub": 0.87})),
     )
     again = DFlashRunStatus.model_validate(sent.to_api())
@@ -74,14 +79,14 @@ def test_an_unknown_status_key_from_a_newer_operator_is_ignored() -> None:
 
 def test_upserting_the_same_status_keeps_the_transition_time() -> None:
     first = [_condition(ConditionStatus.TRUE, T0)]
-    later = upsert_condition(first, _condition(ConditionStatus.TRUE, T0 + timedelta(hours=1)))  # type: ignore[arg-type]
+    later = upsert_condition(first, _condition(ConditionStatus.TRUE, T0 + timedelta(hours=1)))
     assert len(later) == 1
     assert later[0].last_transition_time == T0
 
 
 def test_upserting_a_new_status_moves_the_transition_time() -> None:
     first = [_condition(ConditionStatus.TRUE, T0)]
-    later = upsert_condition(first, _condition(ConditionStatus.FALSE, T0 + timedelta(hours=1)))  # type: ignore[arg-type]
+    later = upsert_condition(first, _condition(ConditionStatus.FALSE, T0 + timedelta(hours=1)))
     assert later[0].status is ConditionStatus.FALSE
     assert later[0].last_transition_time == T0 + timedelta(hours=1)
 
@@ -95,7 +100,7 @@ def test_upserting_a_new_type_appends_it() -> None:
         generation=1,
         now=T0,
     )
-    merged = upsert_condition([_condition(ConditionStatus.TRUE, T0)], other)  # type: ignore[list-item]
+    merged = upsert_condition([_condition(ConditionStatus.TRUE, T0)], other)
     assert [c.type for c in merged] == ["Trained", "Suspended"]
 
 
