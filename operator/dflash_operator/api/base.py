@@ -158,7 +158,6 @@ DNS_SUBDOMAIN_PATTERN = f"^{_LABEL}([.]{_LABEL})*$"
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
 _BUCKET = "[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 BUCKET_PATTERN = f"^{_BUCKET}$"
-S3_URI_PATTERN = f"^s3://{_BUCKET}(/[^ ]*)?$"
 _PVC = f"pvc://{_LABEL}(/[^ ]*)?"
 _HF_ID = "[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?"
 MODEL_URI_PATTERN = f"^(s3://{_BUCKET}/[^ ]+|{_PVC}|{_HF_ID})$"
@@ -166,7 +165,7 @@ DATA_URI_PATTERN = f"^(s3://{_BUCKET}/[^ ]+|{_PVC})$"
 IMAGE_PATTERN = "^[a-z0-9][A-Za-z0-9._/:@-]*$"
 ENDPOINT_PATTERN = "^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^ ]*)?$"
 REVISION_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._/-]*$"
-# Kubernetes resource.Quantity, as controller-gen writes it for int-or-string quantities.
+# Kubernetes resource.Quantity (the API server checks it with CEL `isQuantity`).
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -205,11 +204,6 @@ DnsSubdomain = Annotated[
     ),
 ]
 NodePoolName = DnsLabel
-S3Uri = Annotated[
-    str,
-    _bounded(MAX_URI_LENGTH),
-    pattern_rule(S3_URI_PATTERN, "s3://<bucket>/<key>, where the bucket has 3-63 characters"),
-]
 ModelUri = Annotated[
     str,
     _bounded(MAX_URI_LENGTH),

@@ -51,7 +51,8 @@ class Strategy(StrEnum):
     """How the drafter is replicated across ranks (the target is always frozen per rank)."""
 
     DDP = "ddp"
-    FSDP2 = "fsdp2"
+    # The trainer's `fsdp2` (PyTorch FSDP2, fully_shard).
+    FSDP = "fsdp"
 
 
 _NO_GPU_KEY = Rule(
@@ -120,9 +121,9 @@ class TrainingSpec(ApiModel):
     strategy: Strategy = Field(
         default=Strategy.DDP,
         description=(
-            "ddp (drafter and optimizer state replicated on every rank) or fsdp2 (sharded "
+            "ddp (drafter and optimizer state replicated on every rank) or fsdp (sharded "
             "across ranks with FSDP2: for large drafters next to a large frozen target). "
-            "(train.yaml: distributed.strategy)"
+            "(train.yaml: distributed.strategy, fsdp as fsdp2)"
         ),
     )
     epochs: int = Field(
