@@ -1,0 +1,154 @@
+"""Running a container's command as a local process group: the argv (the image's Python is
+the project's venv), the spawn, the per-pod process file, and the SIGTERM/SIGKILL helpers,
+including `kill_pod()`, the hook tests use to crash a pod's process on purpose."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path, PurePosixPath
+
+from dflash_dev import procs
+from dflash_dev.errors import DevError
+
+from .env import expand
+from .errors import PodStartError
+
+log = logging.getLogger(__name__)
+
+PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+# Where images keep their interpreter; such a path means "the image's Python" here.
+IMAGE_PYTHON_DIRS = ("/usr/", "/opt/", "/bin/", "/venv/", "/app/")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Children die with their pod worker thread even if the executor is SIGKILLed (PR_SET_PDEATHSIG
+# via util-linux's setpriv, which exec()s the command, so the pid stays the command's pid).
+SETPRIV = shutil.which("setpriv")
+WAIT_STEP_SECONDS = 0.05
+PROCESS_FILE = "process.json"
+
+
+def is_image_python(program: str) -> bool:
+    path = PurePosixPath(program)
+    if not PYTHON.match(path.name):
+        return False
+    return not path.is_absolute() or str(path).startswith(IMAGE_PYTHON_DIRS)
+
+
+def build_argv(container: dict[str, object], env: dict[str, str], python: Path) -> list[str]:
+    """command + args with `$(VAR)` expanded; the program resolved as a container would.
+
+    Raises PodStartError when there is nothing to run or the program cannot be found.
+    """
+    command = [str(c) for c in container.get("command") or []]  # type: ignore[attr-defined]
+    args = [str(a) for a in container.get("args") or []]  # type: ignore[attr-defined]
+    if not command:
+        raise PodStartError(
+            f"container {container.get('name')!r} has no command: the process executor cannot "
+            'run an image\'s entrypoint; set `command` (for example ["python", "-m", ...])'
+        )
+    argv = [expand(part, env) for part in command + args]
+    program = argv[0]
+    if is_image_python(program):
+        return [str(python), *argv[1:]]
+    if "/" in program:
+        if not os.access(program, os.X_OK):
+            raise PodStartError(
+                f'exec: "{program}": no such file or executable here (the executor runs commands '
+                "from this machine, not from the image)"
+            )
+        return argv
+    found = shutil.which(program, path=env.get("PATH", DEFAULT_PATH))
+    if found is None:
+        raise PodStartError(f'exec: "{program}": executable file not found in $PATH')
+    return [found, *argv[1:]]
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], cwd: Path, log_file: Path
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in a new session (its own process group), output appended to `log_file`."""
+    wrapped = [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
+    with log_file.open("ab") as out:
+        return subprocess.Popen(
+            wrapped,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def exit_code(returncode: int) -> int:
+    """A container's exit code: 128 + signal number for a process killed by a signal."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM the group, SIGKILL it after `grace` seconds; return the exit code."""
+    signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(WAIT_STEP_SECONDS)
+    signal_group(proc.pid, signal.SIGKILL)
+    return exit_code(proc.wait())
+
+
+def write_process_file(sandbox: Path, pid: int) -> None:
+    ticks = procs.process_start_ticks(pid) or 0
+    (sandbox / PROCESS_FILE).write_text(json.dumps({"pid": pid, "start_ticks": ticks}))
+
+
+def _live_pid(process_file: Path) -> int | None:
+    try:
+        data = json.loads(process_file.read_text())
+        pid, ticks = int(data["pid"]), int(data["start_ticks"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return pid if procs.process_start_ticks(pid) == ticks else None
+
+
+def kill_pod(
+    namespace: str, pod: str, state_dir: Path, sig: signal.Signals = signal.SIGKILL
+) -> int:
+    """Send `sig` (SIGKILL: a crash) to the process group of a running pod; return its pid.
+
+    The executor then sees the exit (137) and applies the restart policy, as after a crash.
+    """
+    for process_file in sorted((state_dir / "pods" / namespace / pod).glob(f"*/{PROCESS_FILE}")):
+        pid = _live_pid(process_file)
+        if pid is not None:
+            signal_group(pid, sig)
+            return pid
+    raise DevError(
+        f"no running process for pod {namespace}/{pod} under {state_dir / 'pods'}: is it Running "
+        "on a node of the executor that uses this state dir?"
+    )
+
+
+def kill_orphans(pods_dir: Path) -> int:
+    """Kill process groups a previous executor left behind (it was SIGKILLed); return count."""
+    killed = 0
+    for process_file in pods_dir.glob(f"*/*/*/{PROCESS_FILE}"):
+        pid = _live_pid(process_file)
+        if pid is not None:
+            log.warning(
+                "killing process group %d left by a previous executor (%s)", pid, process_file
+            )
+            signal_group(pid, signal.SIGKILL)
+            killed += 1
+        process_file.unlink(missing_ok=True)
+    return killed
