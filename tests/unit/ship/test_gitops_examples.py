@@ -1,0 +1,104 @@
+"""The example Argo CD Applications of examples/gitops/: waves, sync options and the
+ignoreDifferences entries match the API they manage, and every run in the folder is valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dflash_operator.api import parse_run
+from dflash_operator.api.constants import ANNOTATION_APPROVE_AUDIT, ANNOTATION_RETRY, GROUP, KIND
+
+ROOT = Path(__file__).parents[3]
+GITOPS = ROOT / "examples" / "gitops"
+WAVE = "argocd.argoproj.io/sync-wave"
+SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+RESOURCES_FINALIZER = "resources-finalizer.argocd.argoproj.io"
+
+
+def application(relative: str) -> dict[str, Any]:
+    app: dict[str, Any] = yaml.safe_load((GITOPS / relative).read_text())
+    assert app["apiVersion"] == "argoproj.io/v1alpha1"
+    assert app["kind"] == "Application"
+    return app
+
+
+def json_pointer_to_key(pointer: str, prefix: str) -> str:
+    """RFC 6901: '/metadata/annotations/dflash.dev~1retry' -> 'dflash.dev/retry'."""
+    assert pointer.startswith(prefix), pointer
+    return pointer.removeprefix(prefix).replace("~1", "/").replace("~0", "~")
+
+
+def runs() -> list[Path]:
+    return sorted((GITOPS / "runs").glob("*.yaml"))
+
+
+def test_the_operator_is_synced_in_an_earlier_wave_than_the_runs() -> None:
+    operator = application("apps/dflash-operator.yaml")
+    runs_app = application("apps/dflash-runs.yaml")
+
+    assert int(operator["metadata"]["annotations"][WAVE]) < int(
+        runs_app["metadata"]["annotations"][WAVE]
+    )
+
+
+def test_the_root_application_syncs_the_folder_that_holds_both_applications() -> None:
+    root = application("root-app.yaml")
+    folder = ROOT / root["spec"]["source"]["path"]
+
+    assert {path.name for path in folder.glob("*.yaml")} == {
+        "dflash-operator.yaml",
+        "dflash-runs.yaml",
+    }
+
+
+def test_the_runs_application_skips_the_dry_run_while_the_crd_is_missing_and_retries() -> None:
+    spec = application("apps/dflash-runs.yaml")["spec"]
+
+    assert "SkipDryRunOnMissingResource=true" in spec["syncPolicy"]["syncOptions"]
+    assert spec["syncPolicy"]["retry"]["limit"] > 0
+    assert (ROOT / spec["source"]["path"]) == GITOPS / "runs"
+
+
+def test_the_runs_application_ignores_exactly_the_annotations_the_plugin_sets() -> None:
+    spec = application("apps/dflash-runs.yaml")["spec"]
+    (entry,) = spec["ignoreDifferences"]
+    keys = {json_pointer_to_key(p, "/metadata/annotations/") for p in entry["jsonPointers"]}
+
+    assert (entry["group"], entry["kind"]) == (GROUP, KIND)
+    assert keys == {ANNOTATION_RETRY, ANNOTATION_APPROVE_AUDIT}
+    assert "RespectIgnoreDifferences=true" in spec["syncPolicy"]["syncOptions"]
+
+
+def test_removing_a_run_from_git_or_deleting_the_application_never_deletes_runs() -> None:
+    runs_app = application("apps/dflash-runs.yaml")
+
+    assert runs_app["spec"]["syncPolicy"]["automated"]["prune"] is False
+    assert RESOURCES_FINALIZER not in runs_app["metadata"].get("finalizers", [])
+    for path in runs():
+        annotations = yaml.safe_load(path.read_text())["metadata"].get("annotations", {})
+        assert "Prune=false" in annotations.get(SYNC_OPTIONS, ""), path.name
+
+
+def test_the_operator_application_installs_the_chart_of_this_repository() -> None:
+    source = application("apps/dflash-operator.yaml")["spec"]["source"]
+
+    assert source["path"] == "charts/dflash-operator"
+    assert "skipCrds" not in source["helm"]
+
+
+@pytest.mark.parametrize("path", runs(), ids=lambda p: p.name)
+def test_each_run_in_the_folder_is_a_valid_dflashrun(path: Path) -> None:
+    manifest = yaml.safe_load(path.read_text())
+
+    run = parse_run(manifest)
+
+    assert (manifest["apiVersion"], manifest["kind"]) == (f"{GROUP}/v1alpha1", KIND)
+    assert run.metadata.name == path.stem, "name the file after the run"
+    assert "namespace" not in manifest["metadata"], "the Application's destination sets it"
+
+
+def test_the_runs_folder_is_not_empty() -> None:
+    assert runs()
