@@ -1,0 +1,218 @@
+"""`dflash-audit` / `python -m dflash_trainer.data.audit`: run one gate, write the report, exit
+0 (pass), 3 (gate failed) or 2 (unreadable input). Command lines: docs/stage-cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dflash_trainer.data.audit.checks import Verdict, evaluate
+from dflash_trainer.data.audit.dataset import (
+    COMPLETIONS_COLUMNS,
+    TOKENIZED_MANIFEST,
+    TOKENS_COLUMNS,
+    check_columns,
+    detect_gate,
+    iter_batches,
+    read_schema,
+    resolve_files,
+)
+from dflash_trainer.data.audit.examples import ExampleCollector
+from dflash_trainer.data.audit.metrics import GateMetrics
+from dflash_trainer.data.audit.metrics_completions import CompletionsAccumulator
+from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
+from dflash_trainer.data.audit.prompts_gate import run_prompts_gate
+from dflash_trainer.data.audit.report import AuditReport, build_plots, write_report
+from dflash_trainer.data.audit.summary import build_console_summary, build_stage_payload
+from dflash_trainer.data.audit.thresholds import Thresholds, load_thresholds
+from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.stage_result import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    finish_stage,
+)
+from dflash_trainer.storage import StorageError, join_uri, read_json, store_for
+
+GATES = ("prompts", "completions", "tokens")
+RUN_ROOT_INPUT = {"completions": "regen", "tokens": "tokenized"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dflash-audit",
+        description="Audit a DFlash dataset: prompts, regenerated completions or tokenized data.",
+    )
+    p.add_argument(
+        "path", nargs="?", help="dataset file/folder/s3 prefix, or sources.yaml (prompts)"
+    )
+    p.add_argument("--gate", choices=GATES, help="default: detected from the columns")
+    p.add_argument(
+        "--run-root", help="run root (s3:// or folder): default input and report location"
+    )
+    p.add_argument(
+        "--thresholds", help="YAML/JSON file of thresholds (spec.audit); default: built-in"
+    )
+    p.add_argument(
+        "--out",
+        help="report folder or s3 prefix (default: <run-root>/audit/<gate>, else ./audit-<gate>)",
+    )
+    p.add_argument(
+        "--model",
+        help="target model folder, s3 prefix or hub id: decodes examples, finds think tokens",
+    )
+    p.add_argument(
+        "--block-size", type=int, default=16, help="DFlash block size (anchors need block+1 tokens)"
+    )
+    p.add_argument(
+        "--max-seq-len", type=int, help="training maxSeqLen (tokens gate truncation check)"
+    )
+    p.add_argument(
+        "--format", dest="source_format", help="prompts gate on one data file: its source format"
+    )
+    p.add_argument("--max-model-len", type=int, help="prompts gate: the engine's context length")
+    p.add_argument(
+        "--max-tokens", type=int, default=0, help="prompts gate: room reserved for the answer"
+    )
+    p.add_argument(
+        "--no-thinking", action="store_true", help="answers were generated with thinking off"
+    )
+    p.add_argument("--batch-rows", type=int, default=16384)
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    p.add_argument(
+        "--termination-log",
+        help="where to write the stage summary (default /dev/termination-log if present)",
+    )
+    return p
+
+
+def default_out(args: argparse.Namespace, gate: str) -> str:
+    if args.out:
+        return str(args.out)
+    if args.run_root:
+        return join_uri(args.run_root, "audit", gate)
+    return str(Path.cwd() / f"audit-{gate}")
+
+
+def resolve_input(args: argparse.Namespace) -> tuple[str, str]:
+    """(gate, input path) from the arguments; BadInputError when it cannot be decided."""
+    path = args.path
+    gate = args.gate
+    if path is None:
+        if not (args.run_root and gate in RUN_ROOT_INPUT):
+            raise BadInputError("give a dataset path, or --run-root with --gate completions|tokens")
+        path = join_uri(args.run_root, RUN_ROOT_INPUT[gate])
+    if gate is None:
+        if path.endswith((".yaml", ".yml", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json")):
+            gate = "prompts"
+        else:
+            gate = detect_gate(read_schema(resolve_files(path)[0]))
+            if gate is None:
+                raise BadInputError(
+                    f"{path}: cannot tell the gate from its columns; pass --gate "
+                    f"(tokens needs {', '.join(TOKENS_COLUMNS)}; completions needs "
+                    f"{', '.join(COMPLETIONS_COLUMNS)})"
+                )
+    return gate, path
+
+
+def tokenized_manifest(path: str) -> dict[str, Any]:
+    uri = join_uri(path.rstrip("/"), TOKENIZED_MANIFEST)
+    try:
+        if store_for(uri).exists(uri):
+            data = read_json(uri)
+            return data if isinstance(data, dict) else {}
+    except StorageError:
+        return {}
+    return {}
+
+
+def token_settings(args: argparse.Namespace, path: str, tokenizer: Any) -> TokenAuditSettings:
+    manifest = tokenized_manifest(path)
+    raw = manifest.get("tokenizer")
+    info: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    start, end = info.get("thinkStartId"), info.get("thinkEndId")
+    if tokenizer is not None:
+        from dflash_trainer.data.target import THINK_END, THINK_START, single_token_id
+
+        start, end = single_token_id(tokenizer, THINK_START), single_token_id(tokenizer, THINK_END)
+    return TokenAuditSettings(
+        block_size=args.block_size,
+        max_seq_len=args.max_seq_len or manifest.get("maxSeqLen"),
+        think_start_id=start,
+        think_end_id=end,
+    )
+
+
+def run_dataset_gate(
+    args: argparse.Namespace, gate: str, path: str, thresholds: Thresholds
+) -> tuple[GateMetrics, Verdict, dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    files = resolve_files(path)
+    required = TOKENS_COLUMNS if gate == "tokens" else COMPLETIONS_COLUMNS
+    for uri in files[:1]:
+        check_columns(uri, read_schema(uri), required, gate)
+    tokenizer = None
+    if args.model:
+        from dflash_trainer.data.target import load_tokenizer
+
+        tokenizer = load_tokenizer(args.model)
+    settings = token_settings(args, path, tokenizer) if gate == "tokens" else None
+    acc: TokensAccumulator | CompletionsAccumulator
+    acc = (
+        TokensAccumulator(settings, thresholds) if settings else CompletionsAccumulator(thresholds)
+    )
+    for batch in iter_batches(files, acc.columns(), args.batch_rows):
+        acc.add(batch)
+    metrics = acc.finish()
+    verdict = evaluate(metrics, thresholds)
+    examples: dict[str, list[dict[str, Any]]] = {}
+    if verdict.violations:
+        decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
+        collector = ExampleCollector(metrics, verdict.violations, thresholds, settings, decode)
+        if collector.wanted:
+            examples = collector.collect(iter_batches(files, collector.columns(), args.batch_rows))
+    info = {"files": len(files), "blockSize": args.block_size}
+    if settings is not None:
+        info |= {"maxSeqLen": settings.max_seq_len, "thinkEndId": settings.think_end_id}
+    return metrics, verdict, info, examples
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    gate, path = resolve_input(args)
+    thresholds = load_thresholds(args.thresholds)
+    if args.no_thinking:
+        thresholds = thresholds.model_copy(update={"expect_thinking": False})
+    if gate == "prompts":
+        metrics, verdict, info, examples = run_prompts_gate(args, path, thresholds)
+    else:
+        metrics, verdict, info, examples = run_dataset_gate(args, gate, path, thresholds)
+    info["seconds"] = round(time.monotonic() - started, 3)
+    report = AuditReport(gate, path, verdict, metrics, thresholds, info, examples)
+    if not args.no_plots:
+        report.plots = build_plots(metrics, thresholds)
+    out = default_out(args, gate)
+    report_uri = write_report(report, out)
+    print(build_console_summary(report, report_uri, quiet=args.quiet))
+    payload = build_stage_payload(report, report_uri)
+    return finish_stage(
+        payload, EXIT_OK if verdict.passed else EXIT_GATE_FAILED, args.termination_log
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except BadInputError as exc:
+        payload = {"stage": "audit", "ok": False, "gate": args.gate, "message": str(exc)}
+        return finish_stage(payload, EXIT_BAD_INPUT, args.termination_log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

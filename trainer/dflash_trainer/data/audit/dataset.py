@@ -1,0 +1,143 @@
+"""Find the files of a dataset to audit and stream their record batches, column-pruned.
+
+Accepts one Parquet or Arrow (IPC file or stream, e.g. a HF `save_to_disk` shard) file, or a
+folder/prefix of them. A `regen/` folder is read through its shard commit manifests (committed
+shards only) and a `tokenized/` folder through `_SUCCESS.json` when present.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
+
+DATA_SUFFIXES = (".parquet", ".arrow")
+TOKENIZED_MANIFEST = "_SUCCESS.json"
+COMMIT_SUFFIX = ".commit.json"
+DEFAULT_BATCH_ROWS = 16384
+TOKENS_COLUMNS = ("input_ids", "loss_mask")
+COMPLETIONS_COLUMNS = ("response", "finish_reason")
+
+
+def _read_manifest(uri: str) -> dict[str, object]:
+    try:
+        data = json.loads(store_for(uri).read_bytes(uri))
+    except (StorageError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{uri}: unreadable manifest: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{uri}: manifest is not a JSON object")
+    return data
+
+
+def _manifest_files(folder: str, manifest: dict[str, object], where: str) -> list[str]:
+    files = manifest.get("files") or manifest.get("shards") or []
+    if not isinstance(files, list):
+        raise BadInputError(f"{where}: 'files' must be a list")
+    out = []
+    for entry in files:
+        path = entry.get("path") if isinstance(entry, dict) else entry
+        if not isinstance(path, str):
+            raise BadInputError(f"{where}: a file entry has no 'path'")
+        out.append(join_uri(folder, path))
+    return out
+
+
+def resolve_files(path: str) -> list[str]:
+    """The data files of `path`, in a stable order; BadInputError when there are none."""
+    store = store_for(path)
+    try:
+        if store.exists(path):
+            if not path.endswith(DATA_SUFFIXES):
+                raise BadInputError(f"{path}: not a .parquet or .arrow file")
+            return [path]
+        folder = path.rstrip("/")
+        listing = [o.uri for o in store.list(folder + "/")]
+    except StorageError as exc:
+        raise BadInputError(f"{path}: {exc}") from None
+    names = {u.rsplit("/", 1)[-1]: u for u in listing}
+    if TOKENIZED_MANIFEST in names:
+        uri = names[TOKENIZED_MANIFEST]
+        return _manifest_files(folder, _read_manifest(uri), uri)
+    commits = sorted(u for u in listing if u.endswith(COMMIT_SUFFIX))
+    if commits:
+        return [f for c in commits for f in _manifest_files(folder, _read_manifest(c), c)]
+    files = sorted(u for u in listing if u.endswith(DATA_SUFFIXES))
+    if not files:
+        raise BadInputError(f"{path} does not exist or holds no .parquet/.arrow files")
+    return files
+
+
+def _open_arrow(uri: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
+    filesystem, fpath = arrow_filesystem(uri)
+    try:
+        return pa.ipc.open_file(filesystem.open_input_file(fpath))
+    except pa.ArrowInvalid:
+        return pa.ipc.open_stream(filesystem.open_input_file(fpath))
+
+
+def read_schema(uri: str) -> pa.Schema:
+    try:
+        if uri.endswith(".arrow"):
+            return _open_arrow(uri).schema
+        filesystem, fpath = arrow_filesystem(uri)
+        return pq.ParquetFile(filesystem.open_input_file(fpath)).schema_arrow
+    except (OSError, pa.ArrowException) as exc:
+        raise BadInputError(f"{uri}: unreadable as Parquet/Arrow: {exc}") from None
+
+
+def detect_gate(schema: pa.Schema) -> str | None:
+    names = set(schema.names)
+    if all(c in names for c in TOKENS_COLUMNS):
+        return "tokens"
+    if all(c in names for c in COMPLETIONS_COLUMNS):
+        return "completions"
+    return None
+
+
+def check_columns(uri: str, schema: pa.Schema, required: tuple[str, ...], gate: str) -> None:
+    missing = [c for c in required if c not in schema.names]
+    if missing:
+        raise BadInputError(
+            f"{uri}: the {gate} gate needs column(s) {', '.join(missing)}; "
+            f"the file has: {', '.join(schema.names)}"
+        )
+
+
+def iter_batches(
+    files: list[str],
+    columns: list[str],
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    use_threads: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the named columns (absent optional columns are simply left out)."""
+    for uri in files:
+        try:
+            yield from _file_batches(uri, columns, batch_rows, use_threads)
+        except (OSError, pa.ArrowException) as exc:
+            raise BadInputError(f"{uri}: unreadable as Parquet/Arrow: {exc}") from None
+
+
+def _file_batches(
+    uri: str, columns: list[str], batch_rows: int, use_threads: bool
+) -> Iterator[pa.RecordBatch]:
+    if uri.endswith(".arrow"):
+        reader = _open_arrow(uri)
+        present = [c for c in columns if c in reader.schema.names]
+        if isinstance(reader, pa.ipc.RecordBatchFileReader):
+            batches: Iterator[pa.RecordBatch] = (
+                reader.get_batch(i) for i in range(reader.num_record_batches)
+            )
+        else:
+            batches = iter(reader)
+        for batch in batches:
+            yield batch.select(present)
+        return
+    filesystem, fpath = arrow_filesystem(uri)
+    parquet = pq.ParquetFile(filesystem.open_input_file(fpath))
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    yield from parquet.iter_batches(batch_size=batch_rows, columns=present, use_threads=use_threads)

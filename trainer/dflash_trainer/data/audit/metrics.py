@@ -1,0 +1,117 @@
+"""What every gate's metrics look like: per-source counters, groups (overall + each source).
+
+The gate-specific math lives in `metrics_completions`, `metrics_tokens` and `metrics_prompts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dflash_trainer.data.audit.histogram import IntHistogram
+
+OVERALL = "__overall__"
+NO_SOURCE = "(no source column)"
+
+
+@dataclass
+class GroupMetrics:
+    """One group's numbers: `values` are what checks compare, `details` is for the report."""
+
+    samples: int
+    values: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GateMetrics:
+    gate: str
+    overall: GroupMetrics
+    sources: dict[str, GroupMetrics]
+    # plot name -> group (source name or OVERALL) -> histogram
+    histograms: dict[str, dict[str, IntHistogram]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class SourceIndex:
+    """Stable small integers for source names, across batches."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def id_of(self, name: str) -> int:
+        if name not in self._ids:
+            self._ids[name] = len(self.names)
+            self.names.append(name)
+        return self._ids[name]
+
+    def encode(self, column: pa.Array | pa.ChunkedArray | None, rows: int) -> np.ndarray:
+        """Per-row source ids; a missing column puts every row in one group."""
+        if column is None:
+            return np.full(rows, self.id_of(NO_SOURCE), dtype=np.int64)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        if not pa.types.is_dictionary(column.type):
+            column = column.fill_null("(null)").dictionary_encode()
+        lookup = np.array(
+            [self.id_of(str(v)) for v in column.dictionary.to_pylist()], dtype=np.int64
+        )
+        ids: np.ndarray = lookup[column.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+        return ids
+
+
+class Counters:
+    """Named per-source sums that grow as new sources appear."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.sums: dict[str, np.ndarray] = {n: np.zeros(0, dtype=np.float64) for n in names}
+
+    def add(self, name: str, src: np.ndarray, weights: np.ndarray | None, sources: int) -> None:
+        counted = np.bincount(src, weights=weights, minlength=sources).astype(np.float64)
+        current = self.sums[name]
+        if len(current) < len(counted):
+            current = np.concatenate([current, np.zeros(len(counted) - len(current))])
+        current[: len(counted)] += counted
+        self.sums[name] = current
+
+    def get(self, name: str, source: int) -> float:
+        arr = self.sums[name]
+        return float(arr[source]) if source < len(arr) else 0.0
+
+    def total(self, name: str) -> float:
+        return float(self.sums[name].sum())
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+def add_histograms(
+    store: dict[str, IntHistogram], values: np.ndarray, src: np.ndarray, names: list[str]
+) -> None:
+    """Add `values` to the histogram of each row's source."""
+    if len(values) == 0:
+        return
+    order = np.argsort(src, kind="stable")
+    sorted_src = src[order]
+    bounds = np.flatnonzero(np.diff(sorted_src)) + 1
+    for chunk in np.split(order, bounds):
+        name = names[int(src[chunk[0]])]
+        store.setdefault(name, IntHistogram()).add(values[chunk])
+
+
+def overall_histogram(per_source: dict[str, IntHistogram]) -> IntHistogram:
+    total = IntHistogram()
+    for hist in per_source.values():
+        if len(hist.counts) > len(total.counts):
+            grown = hist.counts.copy()
+            grown[: len(total.counts)] += total.counts
+            total.counts = grown
+        else:
+            total.counts[: len(hist.counts)] += hist.counts
+        total.max_value = max(total.max_value, hist.max_value)
+    return total

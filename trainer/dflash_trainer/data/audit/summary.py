@@ -1,0 +1,72 @@
+"""Short forms of an audit report: the console summary and the stage termination payload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflash_trainer.data.audit.report import CHECK_BY_NAME, AuditReport, format_cell
+
+CONSOLE_SOURCES = 20
+KEY_METRICS = {
+    "tokens": ("loss_mask_mode_share", "stub_rate", "no_anchor_rate", "supervised_fraction",
+               "empty_thinking_rate", "seq_truncation_rate"),
+    "completions": ("stub_rate", "empty_thinking_rate", "empty_response_rate", "truncation_rate",
+                    "top_response_share", "stray_think_rate"),
+    "prompts": ("malformed_rate", "role_error_rate", "empty_prompt_rate", "duplicate_rate"),
+}  # fmt: skip
+
+
+def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = False) -> str:
+    v = report.verdict
+    m = report.metrics
+    head = (
+        f"{report.gate} gate: {v.label.upper()} ({m.overall.samples:,} samples, "
+        f"{len(v.violations)} violated check(s), {report.settings.get('seconds', 0)} s) -> {report_uri}"
+    )
+    if quiet:
+        return head
+    lines = [head]
+    lines += [f"  x {viol.message}" for viol in v.violations]
+    keys = [k for k in KEY_METRICS.get(report.gate, ()) if k in m.overall.values]
+    if keys and m.sources:
+        width = max(len(n) for n in [*m.sources, "source"])
+        lines.append(
+            "  " + "source".ljust(width) + "  samples  " + "  ".join(k[:18].rjust(18) for k in keys)
+        )
+        rows = [("ALL", m.overall), *list(m.sources.items())[:CONSOLE_SOURCES]]
+        for name, group in rows:
+            cells = "  ".join(format_cell(k, group.values.get(k)).rjust(len(k)) for k in keys)
+            lines.append(f"  {name.ljust(width)}  {group.samples:>7,}  {cells}")
+    for check, rows_ in report.examples.items():
+        if rows_:
+            first = rows_[0]
+            shown = first.get("supervised") or first.get("response") or first.get("supervisedIds")
+            lines.append(f"  example ({check}, {first.get('source')}): {shown!r}"[:300])
+    return "\n".join(lines)
+
+
+def build_stage_payload(report: AuditReport, report_uri: str) -> dict[str, Any]:
+    """Contract section 5, audit stage: verdict, violations (most severe first) and key figures."""
+    v = report.verdict
+    m = report.metrics
+    keys = [k for k in KEY_METRICS.get(report.gate, ()) if k in m.overall.values]
+    if v.passed:
+        message = f"{report.gate} gate passed on {m.overall.samples:,} samples"
+    else:
+        names = ", ".join(
+            f"{x.check} {format_cell(x.check, x.value)} (limit {format_cell(x.check, x.threshold)})"
+            + (f" in {', '.join(x.sources[:3])}" if x.sources else "")
+            for x in v.violations
+        )
+        message = f"{report.gate} gate failed: {names}"
+    return {
+        "stage": "audit",
+        "ok": v.passed,
+        "gate": report.gate,
+        "verdict": v.label,
+        "message": message,
+        "violations": [x.to_dict() for x in v.violations],
+        "metrics": {"samples": m.overall.samples}
+        | {k: round(m.overall.values[k], 4) for k in keys if k in CHECK_BY_NAME},
+        "reportUri": report_uri,
+    }

@@ -1,0 +1,92 @@
+"""The target model's tokenizer as the data stages need it: loaded offline from a local folder,
+an S3 prefix (downloaded once to a cache) or the HF cache, plus the ids of its control tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.storage import StorageError, is_s3_uri, store_for
+
+# Only what a tokenizer needs: stages that never run the model must not pull its weights.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "config.json",
+    "generation_config.json",
+)
+DEFAULT_CACHE = Path(os.environ.get("DFLASH_CACHE", Path.home() / ".cache" / "dflash"))
+THINK_START = "<think>"
+THINK_END = "</think>"
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    end_of_turn: int
+    think_start: int | None
+    think_end: int | None
+    vocab_size: int
+
+
+def resolve_model_dir(model: str, include_weights: bool = False) -> str:
+    """A local folder or hub id for `model`; an s3:// prefix is mirrored into the cache first."""
+    if not is_s3_uri(model):
+        return model
+    prefix = model.rstrip("/") + "/"
+    local = DEFAULT_CACHE / "models" / hashlib.sha256(prefix.encode()).hexdigest()[:16]
+    store = store_for(prefix)
+    try:
+        objects = store.list(prefix)
+    except StorageError as exc:
+        raise BadInputError(f"--model {model}: {exc}") from None
+    if not objects:
+        raise BadInputError(f"--model {model}: no files under this S3 prefix")
+    for obj in objects:
+        rel = obj.uri[len(prefix) :]
+        wanted = include_weights or rel in TOKENIZER_FILES
+        target = local / rel
+        if wanted and not (target.is_file() and target.stat().st_size == obj.size):
+            store.download_file(obj.uri, target)
+    return str(local)
+
+
+def load_tokenizer(model: str) -> Any:
+    """The target's tokenizer (offline); BadInputError names the model when it cannot load."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_dir(model)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInputError(f"--model {model}: cannot load a tokenizer: {first}") from None
+
+
+def single_token_id(tokenizer: Any, token: str) -> int | None:
+    ids = tokenizer.encode(token, add_special_tokens=False)
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def token_ids(tokenizer: Any, end_of_turn: str | None = None) -> TokenIds:
+    eot = end_of_turn or tokenizer.eos_token
+    eot_id = single_token_id(tokenizer, eot) if eot else None
+    if eot_id is None:
+        raise BadInputError(
+            f"end-of-turn token {eot!r} is not one token of the target tokenizer; pass --end-of-turn"
+        )
+    return TokenIds(
+        end_of_turn=eot_id,
+        think_start=single_token_id(tokenizer, THINK_START),
+        think_end=single_token_id(tokenizer, THINK_END),
+        vocab_size=len(tokenizer),
+    )
