@@ -8,7 +8,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-
 from dflash_trainer.data.audit.cli import main
 from dflash_trainer.tiny.datasets import (
     IncidentShape,

@@ -6,6 +6,7 @@ Used by the audit tests, the audit benchmark (914K samples, ~260M tokens) and de
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,7 +119,22 @@ def build_incident_completions(
     src = rng.integers(0, len(shape.sources), samples)
     names = np.array(shape.sources)
     stub = np.isin(names[src], shape.broken) & (rng.random(samples) < shape.stub_share)
-    words = np.array("the a model answer think because code list value step first then".split())
+    words = np.array(
+        [
+            "the",
+            "a",
+            "model",
+            "answer",
+            "think",
+            "because",
+            "code",
+            "list",
+            "value",
+            "step",
+            "first",
+            "then",
+        ]
+    )
     responses, reasoning, tokens = [], [], []
     for i in range(samples):
         if stub[i]:
@@ -136,7 +152,7 @@ def build_incident_completions(
             "id": pa.array([f"c{i:08d}" for i in range(samples)]),
             "source": pa.array(names[src]),
             "prompt": pa.array(
-                ['[{"role":"user","content":"Question %d"}]' % i for i in range(samples)]
+                [json.dumps([{"role": "user", "content": f"Question {i}"}]) for i in range(samples)]
             ),
             "response": pa.array(responses),
             "reasoning": pa.array(reasoning),
