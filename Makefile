@@ -93,3 +93,18 @@ demo: cluster-up s3-up ## the first impression: a whole DFlashRun on the local c
 	@echo "The local control plane and S3 are up."
 	@echo "  export KUBECONFIG=$$(make -s kubeconfig)"
 	@echo "The full demo (operator + process executor + examples/tiny-cpu.yaml) is being built: see README."
+
+# ---------------------------------------------------------------- images
+IMAGE_REGISTRY ?= ghcr.io/dflash-dev
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DOCKER ?= docker
+IMAGES ?= operator trainer regen
+
+.PHONY: images
+images: ## build the operator, trainer and regen images (needs a Docker engine; docs/images.md)
+	@$(DOCKER) info >/dev/null 2>&1 || { \
+	  echo "error: no container engine answers '$(DOCKER) info', so no image was built. make images builds where a Docker engine runs (DOCKER=podman for Podman); without one, tests/unit/ship lints the Dockerfiles and checks them against uv.lock" >&2; exit 1; }
+	@for image in $(IMAGES); do \
+	  echo "building $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) from images/$$image/Dockerfile"; \
+	  $(DOCKER) build -f images/$$image/Dockerfile -t $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) . || exit 1; \
+	done

