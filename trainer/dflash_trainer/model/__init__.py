@@ -1,0 +1,1 @@
+"""The DFlash drafter, the target-layer taps and the servable export format."""

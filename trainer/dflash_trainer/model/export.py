@@ -1,0 +1,180 @@
+"""The servable drafter folder (z-lab / vLLM / SGLang format), written to and read from `final/`.
+
+config.json        architectures ["DFlashDraftModel"], model_type qwen3, block_size,
+                   dflash_config {mask_token_id, target_layer_ids}, shapes, rope, layer_types
+model.safetensors  layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm.weight,
+                   layers.{i}.mlp.{gate,up,down}_proj.weight,
+                   layers.{i}.{input,post_attention}_layernorm.weight, fc.weight, hidden_norm.weight,
+                   norm.weight  (no embed_tokens, no lm_head: the target's are used)
+README.md          model card: target, data, steps, acceptance length
+dflash_meta.json   what the model card is rendered from (the evaluation adds acceptance)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from dflash_trainer.model.config import SLIDING_ATTENTION, DrafterConfig
+from dflash_trainer.model.drafter import DFlashDrafter
+from dflash_trainer.storage import StorageError, join_uri, read_json, store_for, write_json
+
+ARCHITECTURE = "DFlashDraftModel"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+CARD_FILE = "README.md"
+META_FILE = "dflash_meta.json"
+EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def build_export_config(cfg: DrafterConfig, dtype: str = "bfloat16") -> dict[str, Any]:
+    """The `config.json` a DFlash server loads (the z-lab field names)."""
+    sliding = SLIDING_ATTENTION in cfg.layer_types
+    config: dict[str, Any] = {
+        "architectures": [ARCHITECTURE],
+        "model_type": "qwen3",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "block_size": cfg.block_size,
+        "dflash_config": {
+            "mask_token_id": cfg.mask_token_id,
+            "target_layer_ids": list(cfg.target_layer_ids),
+        },
+        "dtype": dtype,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": cfg.intermediate_size,
+        "layer_types": list(cfg.layer_types),
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "num_target_layers": cfg.num_target_layers,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_scaling": None,
+        "rope_theta": cfg.rope_theta,
+        "sliding_window": cfg.sliding_window if sliding else None,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "use_sliding_window": sliding,
+        "vocab_size": cfg.vocab_size,
+    }
+    if sliding:
+        # Servers default sliding layers to causal attention; ours are bidirectional in the
+        # block, so say so explicitly (vLLM reads dflash_config.causal, z-lab is_causal).
+        config["dflash_config"]["causal"] = False
+        config["is_causal"] = False
+    return config
+
+
+def drafter_config_from_export(config: dict[str, Any]) -> DrafterConfig:
+    """Inverse of `build_export_config`; a clear error for a folder that is not a DFlash drafter."""
+    if config.get("architectures") != [ARCHITECTURE]:
+        raise ValueError(
+            f"config.json architectures={config.get('architectures')}; expected [{ARCHITECTURE!r}]"
+        )
+    dflash = config.get("dflash_config") or {}
+    return DrafterConfig(
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
+        head_dim=config["head_dim"],
+        vocab_size=config["vocab_size"],
+        num_target_layers=config["num_target_layers"],
+        target_layer_ids=tuple(dflash["target_layer_ids"]),
+        mask_token_id=dflash["mask_token_id"],
+        block_size=config.get("block_size") or dflash.get("block_size", 16),
+        rms_norm_eps=config["rms_norm_eps"],
+        rope_theta=config.get("rope_theta") or config["rope_parameters"]["rope_theta"],
+        max_position_embeddings=config["max_position_embeddings"],
+        layer_types=tuple(config.get("layer_types") or ()),
+        sliding_window=config.get("sliding_window"),
+    )
+
+
+def build_model_card(meta: dict[str, Any]) -> str:
+    """A short README for the exported drafter, rendered from `dflash_meta.json`."""
+    acceptance = meta.get("acceptanceLength")
+    acc_line = (
+        f"{acceptance:.3f} (pooled mean over {meta.get('evalPrompts', '?')} held-out prompts, "
+        f"greedy, block size {meta['blockSize']})"
+        if isinstance(acceptance, int | float)
+        else "not measured yet (the evaluation stage fills this in)"
+    )
+    return "\n".join(
+        [
+            f"# DFlash drafter for {meta['target']}",
+            "",
+            "A block-diffusion speculative-decoding drafter (DFlash), trained by DFlash Operator.",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| Target | `{meta['target']}` |",
+            f"| Target layers tapped | {meta['targetLayerIds']} |",
+            f"| Draft layers / block size | {meta['numLayers']} / {meta['blockSize']} |",
+            f"| Training data | `{meta['data']}` |",
+            f"| Training steps | {meta['steps']} (final loss {meta.get('loss', float('nan')):.4f}) |",
+            f"| Mean acceptance length | {acc_line} |",
+            "",
+            "Serve with vLLM:",
+            "```",
+            f"vllm serve {meta['target']} --speculative-config "
+            f'\'{{"method":"dflash","model":"<this folder>",'
+            f'"num_speculative_tokens":{meta["blockSize"] - 1}}}\' --attention-backend flash_attn',
+            "```",
+            "",
+        ]
+    )
+
+
+def export_drafter(
+    drafter: DFlashDrafter, uri: str, meta: dict[str, Any], dtype: str = "bfloat16"
+) -> list[str]:
+    """Write the servable folder to `uri` (local path or `s3://`); returns the written URIs."""
+    if dtype not in EXPORT_DTYPES:
+        raise ValueError(f"export.dtype={dtype!r} is unknown; accepted: {', '.join(EXPORT_DTYPES)}")
+    tensors = {
+        name: tensor.detach().to("cpu", EXPORT_DTYPES[dtype]).contiguous()
+        for name, tensor in drafter.state_dict().items()
+    }
+    store = store_for(uri)
+    with tempfile.TemporaryDirectory(prefix="dflash-export-") as tmp:
+        weights = Path(tmp) / WEIGHTS_FILE
+        save_file(tensors, str(weights), metadata={"format": "pt"})
+        store.upload_file(weights, join_uri(uri, WEIGHTS_FILE))
+    write_json(join_uri(uri, CONFIG_FILE), build_export_config(drafter.config, dtype))
+    write_json(join_uri(uri, META_FILE), meta)
+    store.write_bytes(join_uri(uri, CARD_FILE), build_model_card(meta).encode())
+    return [join_uri(uri, name) for name in (WEIGHTS_FILE, CONFIG_FILE, META_FILE, CARD_FILE)]
+
+
+def update_model_card(uri: str, **updates: Any) -> None:
+    """Merge `updates` into `dflash_meta.json` and re-render the README (used by evaluation)."""
+    meta = read_json(join_uri(uri, META_FILE))
+    meta.update(updates)
+    write_json(join_uri(uri, META_FILE), meta)
+    store_for(uri).write_bytes(join_uri(uri, CARD_FILE), build_model_card(meta).encode())
+
+
+def load_exported_drafter(uri: str, device: torch.device | str = "cpu") -> DFlashDrafter:
+    """Build a `DFlashDrafter` from an exported folder (float32 weights on `device`)."""
+    try:
+        config = json.loads(store_for(uri).read_bytes(join_uri(uri, CONFIG_FILE)))
+    except (StorageError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{join_uri(uri, CONFIG_FILE)} cannot be read: {exc}") from None
+    drafter = DFlashDrafter(drafter_config_from_export(config))
+    with tempfile.TemporaryDirectory(prefix="dflash-load-") as tmp:
+        local = Path(tmp) / WEIGHTS_FILE
+        store_for(uri).download_file(join_uri(uri, WEIGHTS_FILE), local)
+        state = load_file(str(local))
+    drafter.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    return drafter.to(device)

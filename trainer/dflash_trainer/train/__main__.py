@@ -1,0 +1,105 @@
+"""Entry point: `python -m dflash_trainer.train --config run.yaml [a.b=c ...]` (or via torchrun).
+
+Exit codes follow the stage contract: 0 done, 2 bad input (config, data, target), 1 other.
+Rank 0 writes the `train` stage result to `--termination-log`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from dflash_trainer.model.config import DrafterConfigError
+from dflash_trainer.model.target import TargetError
+from dflash_trainer.storage import StorageError
+from dflash_trainer.train.batches import DataError
+from dflash_trainer.train.config import ConfigError, load_train_config
+from dflash_trainer.train.result import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    build_stage_result,
+    write_stage_result,
+)
+
+log = logging.getLogger("dflash_trainer.train")
+BAD_INPUT_ERRORS = (ConfigError, DataError, TargetError, DrafterConfigError)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m dflash_trainer.train",
+        description="Train a DFlash drafter online from a target.",
+    )
+    parser.add_argument("--config", required=True, type=Path, help="train.yaml")
+    parser.add_argument("--run-root", default=None, help="overrides run_root (s3://... or path)")
+    parser.add_argument(
+        "--termination-log",
+        default="/dev/termination-log",
+        help="where rank 0 writes the stage result JSON ('' to skip)",
+    )
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    return parser.parse_args(argv)
+
+
+def setup_logging() -> None:
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.INFO if rank == "0" else logging.WARNING,
+        format=f"%(asctime)s %(levelname)s rank{rank} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging()
+    is_main = os.environ.get("RANK", "0") == "0"
+    try:
+        cfg = load_train_config(args.config, args.overrides, args.run_root)
+        # Imported late: the config check above needs no torch and answers fast.
+        from dflash_trainer.train.distributed import init_distributed, shutdown_distributed
+        from dflash_trainer.train.trainer import Trainer
+
+        env = init_distributed(cfg.distributed.timeout_minutes)
+        try:
+            result = Trainer(cfg, env).run()
+        finally:
+            shutdown_distributed()
+    except BAD_INPUT_ERRORS as exc:
+        log.error("%s", exc)
+        if is_main:
+            write_stage_result(args.termination_log, build_stage_result("train", False, str(exc)))
+        return EXIT_BAD_INPUT
+    except (StorageError, RuntimeError, OSError) as exc:
+        log.exception("training failed")
+        if is_main:
+            write_stage_result(
+                args.termination_log,
+                build_stage_result("train", False, f"{type(exc).__name__}: {exc}"),
+            )
+        return EXIT_FAILED
+    if is_main:
+        message = f"trained {result.step}/{result.total_steps} steps, loss {result.loss:.4f}"
+        log.info("%s; final drafter at %s", message, result.final_uri)
+        write_stage_result(
+            args.termination_log,
+            build_stage_result(
+                "train",
+                True,
+                message,
+                step=result.step,
+                totalSteps=result.total_steps,
+                loss=result.loss,
+                checkpointUri=result.checkpoint_uri,
+                finalUri=result.final_uri,
+            ),
+        )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

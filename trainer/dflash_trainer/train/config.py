@@ -1,0 +1,208 @@
+"""The trainer's configuration (`train.yaml`): pydantic models, validated at load, no torch.
+
+Unknown keys are rejected; `a.b=c` command-line overrides are applied before validation.
+Every key is documented in `docs/trainer-config.md`; the evaluation config reuses the
+target and data sections (`dflash_trainer/eval/config.py`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dflash_trainer.storage import join_uri
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; one line naming the key and the value."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetSection(Section):
+    path: str | None = None
+    config: dict[str, Any] | None = None
+    init_seed: int = 0
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    cache_dir: str = str(Path(tempfile.gettempdir()) / "dflash-cache")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TargetSection:
+        if (self.path is None) == (self.config is None):
+            raise ValueError("set exactly one of target.path (HF folder) and target.config")
+        return self
+
+    @property
+    def name(self) -> str:
+        if self.path:
+            return self.path
+        return f"random {(self.config or {}).get('model_type', '?')} (seed {self.init_seed})"
+
+
+class DrafterSection(Section):
+    num_layers: Annotated[int, Field(ge=1)] = 5
+    block_size: Annotated[int, Field(ge=2)] = 16
+    target_layer_ids: list[int] | None = None
+    mask_token_id: Annotated[int | None, Field(ge=0)] = None
+    intermediate_size: Annotated[int | None, Field(ge=1)] = None
+    num_attention_heads: Annotated[int | None, Field(ge=1)] = None
+    num_key_value_heads: Annotated[int | None, Field(ge=1)] = None
+    head_dim: Annotated[int | None, Field(ge=1)] = None
+    layer_types: list[Literal["full_attention", "sliding_attention"]] | None = None
+    sliding_window: Annotated[int | None, Field(ge=2)] = None
+    attention_backend: Literal["auto", "sdpa", "flex", "dense"] = "auto"
+    chunk_queries: Annotated[int, Field(ge=1)] = 256
+    init_seed: int = 0
+
+
+class SelfDistillSection(Section):
+    """Debug data: the target's own greedy continuations of random prompts, made in memory."""
+
+    samples: Annotated[int, Field(ge=1)] = 256
+    prompt_tokens: Annotated[int, Field(ge=1)] = 16
+    answer_tokens: Annotated[int, Field(ge=2)] = 48
+    seed: int = 0
+
+
+class DataSection(Section):
+    tokenized_uri: str | None = None
+    self_distill: SelfDistillSection | None = None
+    max_seq_len: Annotated[int, Field(ge=8)] = 3072
+    batch_size: Annotated[int, Field(ge=1)] = 4
+    holdout_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    shuffle: bool = True
+
+    def tokenized(self, run_root: str) -> str:
+        return self.tokenized_uri or join_uri(run_root, "tokenized")
+
+
+class ObjectiveSection(Section):
+    anchors_per_sequence: Annotated[int, Field(ge=1)] = 512
+    gamma: Annotated[float, Field(gt=0.0)] = 7.0
+    loss_chunk_tokens: Annotated[int, Field(ge=1)] = 8192
+
+
+class OptimSection(Section):
+    lr: Annotated[float, Field(gt=0.0)] = 6e-4
+    min_lr_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: Annotated[float, Field(gt=0.0)] = 1e-8
+    warmup_ratio: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.04
+    grad_clip: Annotated[float, Field(ge=0.0)] = 1.0
+    epochs: Annotated[int, Field(ge=1)] = 6
+    max_steps: Annotated[int | None, Field(ge=1)] = None
+    grad_accum: Annotated[int, Field(ge=1)] = 1
+
+
+class DistributedSection(Section):
+    strategy: Literal["ddp", "fsdp2"] = "ddp"
+    timeout_minutes: Annotated[int, Field(ge=1)] = 30
+
+
+class CheckpointSection(Section):
+    uri: str | None = None
+    every_steps: Annotated[int, Field(ge=1)] = 1000
+    keep_last: Annotated[int, Field(ge=1)] = 3
+    resume: bool = True
+
+
+class ExportSection(Section):
+    uri: str | None = None
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+class LoggingSection(Section):
+    every_steps: Annotated[int, Field(ge=1)] = 10
+    metrics_file: str | None = None
+    progress_patch_seconds: Annotated[float, Field(ge=0.0)] = 30.0
+
+
+class TrainConfig(Section):
+    run_root: str
+    seed: int = 0
+    target: TargetSection
+    drafter: DrafterSection = DrafterSection()
+    data: DataSection = DataSection()
+    objective: ObjectiveSection = ObjectiveSection()
+    optim: OptimSection = OptimSection()
+    distributed: DistributedSection = DistributedSection()
+    checkpoint: CheckpointSection = CheckpointSection()
+    export: ExportSection = ExportSection()
+    logging: LoggingSection = LoggingSection()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.data.tokenized_uri and self.data.self_distill:
+            raise ValueError("set at most one of data.tokenized_uri and data.self_distill")
+        return self
+
+    @property
+    def checkpoint_uri(self) -> str:
+        return self.checkpoint.uri or join_uri(self.run_root, "checkpoints")
+
+    @property
+    def export_uri(self) -> str:
+        return self.export.uri or join_uri(self.run_root, "final")
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b=c` overrides (values parsed as YAML: `lr=3e-4`, `betas=[0.9,0.99]`)."""
+    out = dict(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} is invalid; accepted: dotted.key=value")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, dict) else {}
+            node = node[part]
+        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else None
+    return out
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line per problem: `source: key.path: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (see docs/trainer-config.md for the accepted keys)"
+        got = "" if err["type"] in {"missing", "extra_forbidden"} else f" (got {err['input']!r})"
+        lines.append(f"{source}: {loc}: {msg}{got}"[:300])
+    return "; ".join(lines)
+
+
+def load_yaml_mapping(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def load_train_config(
+    path: Path, overrides: list[str] | None = None, run_root: str | None = None
+) -> TrainConfig:
+    data = apply_overrides(load_yaml_mapping(path), overrides or [])
+    if run_root:
+        data["run_root"] = run_root
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(path), exc)) from None

@@ -1,0 +1,193 @@
+"""One optimizer step of online DFlash training: target taps -> anchors -> drafter -> loss.
+
+The global batch's loss is `sum(w * CE) / sum(w)` over every rank and micro-batch, so the
+weight sum is all-reduced before any backward; each rank scales its share by the world
+size because DDP / FSDP2 average gradients. Every rank runs the same number of forwards
+and backwards, even with no valid anchor (see `build_draft_batch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from dflash_trainer.model.block_attention import Backend
+from dflash_trainer.model.taps import TargetTaps
+from dflash_trainer.model.target import TargetParts
+from dflash_trainer.train.anchors import DraftBatch, anchor_seed, build_draft_batch, sample_anchors
+from dflash_trainer.train.batches import TokenRows, collate
+from dflash_trainer.train.distributed import DistEnv, all_reduce_sum
+from dflash_trainer.train.loss import build_block_loss
+
+# Avoids dividing by zero when a whole global batch has no supervised block slot.
+MIN_NORMALISER = 1e-6
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    block_size: int
+    mask_token_id: int
+    gamma: float
+    anchors_per_sequence: int
+    max_seq_len: int
+    loss_chunk_tokens: int
+    backend: Backend
+    chunk_queries: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    input_ids: torch.Tensor
+    seq_lens: torch.Tensor
+    draft: DraftBatch
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    loss: float
+    correct: list[int]
+    count: list[int]
+    tokens: int
+    anchors: int
+    target_seconds: float
+    drafter_seconds: float
+    grad_norm: float
+
+
+def build_micro_batch(
+    rows: TokenRows,
+    indices: np.ndarray,
+    epoch: int,
+    settings: ObjectiveSettings,
+    device: torch.device,
+) -> MicroBatch:
+    """Collate rows and draw their anchors (seeded by sample index and epoch)."""
+    input_ids, loss_mask, seq_lens = collate(rows, indices, settings.max_seq_len, device)
+    mask_cpu = loss_mask.cpu()
+    anchors = [
+        sample_anchors(
+            mask_cpu[j, : int(seq_lens[j])],
+            settings.anchors_per_sequence,
+            anchor_seed(settings.seed, epoch, int(index)),
+        )
+        for j, index in enumerate(indices)
+    ]
+    draft = build_draft_batch(
+        input_ids,
+        loss_mask,
+        seq_lens,
+        anchors,
+        block_size=settings.block_size,
+        mask_token_id=settings.mask_token_id,
+        gamma=settings.gamma,
+    )
+    return MicroBatch(input_ids, seq_lens, draft)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _maybe_no_sync(model: nn.Module, skip_sync: bool) -> Iterator[None]:
+    """DDP: skip the gradient all-reduce on all but the last micro-batch."""
+    no_sync = getattr(model, "no_sync", None)
+    if skip_sync and callable(no_sync):
+        with no_sync():
+            yield
+    else:
+        yield
+
+
+def run_train_step(
+    *,
+    model: nn.Module,
+    target: TargetParts,
+    taps: TargetTaps,
+    micro_batches: list[MicroBatch],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    settings: ObjectiveSettings,
+    grad_clip: float,
+    env: DistEnv,
+) -> StepOutcome:
+    """Forward/backward every micro-batch, clip, step; returns globally reduced metrics."""
+    device = env.device
+    local_weight = sum(mb.draft.weight_sum for mb in micro_batches)
+    global_weight = float(
+        all_reduce_sum(torch.tensor([local_weight], dtype=torch.float64, device=device), env)[0]
+    )
+    normaliser = max(global_weight, MIN_NORMALISER) / env.world_size
+    block = settings.block_size
+    stats = torch.zeros(2 + 2 * block, dtype=torch.float64, device=device)
+    target_seconds = drafter_seconds = 0.0
+    lm_weight = target.lm_head_weight
+    for i, mb in enumerate(micro_batches):
+        _sync(device)
+        start = time.perf_counter()
+        features = taps.features(mb.input_ids)
+        block_embeds = target.embed(mb.draft.block_ids)
+        _sync(device)
+        middle = time.perf_counter()
+        with _maybe_no_sync(model, i < len(micro_batches) - 1):
+            with _autocast(device):
+                hidden = model(
+                    block_embeds,
+                    features,
+                    mb.draft.layout,
+                    backend=settings.backend,
+                    chunk_queries=settings.chunk_queries,
+                )
+                parts = build_block_loss(
+                    hidden,
+                    lm_weight,
+                    mb.draft.labels,
+                    mb.draft.weights,
+                    block_size=block,
+                    normaliser=normaliser,
+                    chunk_tokens=settings.loss_chunk_tokens,
+                )
+            parts.scaled_loss.backward()  # type: ignore[no-untyped-call]
+        _sync(device)
+        target_seconds += middle - start
+        drafter_seconds += time.perf_counter() - middle
+        stats[0] += parts.weighted_ce.double()
+        stats[1] += float(mb.seq_lens.sum())
+        stats[2 : 2 + block] += parts.correct.double()
+        stats[2 + block :] += parts.count.double()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or float("inf"))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    anchors = torch.tensor(
+        [sum(mb.draft.num_anchors for mb in micro_batches)], dtype=torch.float64, device=device
+    )
+    all_reduce_sum(stats, env)
+    all_reduce_sum(anchors, env)
+    values = stats.cpu().tolist()
+    return StepOutcome(
+        loss=values[0] / max(global_weight, MIN_NORMALISER),
+        correct=[int(v) for v in values[2 : 2 + block]],
+        count=[int(v) for v in values[2 + block :]],
+        tokens=int(values[1]),
+        anchors=int(anchors.item()),
+        target_seconds=target_seconds,
+        drafter_seconds=drafter_seconds,
+        grad_norm=float(
+            grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        ),
+    )
