@@ -60,6 +60,21 @@ def resolve_model_dir(model: str, include_weights: bool = False) -> str:
     return str(local)
 
 
+def context_length(model_dir: str) -> int | None:
+    """`max_position_embeddings` from a local model folder's config.json (text config of VLMs)."""
+    import json
+
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text())
+    for holder in (data, data.get("text_config") or {}):
+        value = holder.get("max_position_embeddings")
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def load_tokenizer(model: str) -> Any:
     """The target's tokenizer (offline); BadInputError names the model when it cannot load."""
     from transformers import AutoTokenizer

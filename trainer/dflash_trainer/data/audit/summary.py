@@ -30,9 +30,7 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     keys = [k for k in KEY_METRICS.get(report.gate, ()) if k in m.overall.values]
     if keys and m.sources:
         width = max(len(n) for n in [*m.sources, "source"])
-        lines.append(
-            "  " + "source".ljust(width) + "  samples  " + "  ".join(k[:18].rjust(18) for k in keys)
-        )
+        lines.append("  " + "source".ljust(width) + "  samples  " + "  ".join(keys))
         rows = [("ALL", m.overall), *list(m.sources.items())[:CONSOLE_SOURCES]]
         for name, group in rows:
             cells = "  ".join(format_cell(k, group.values.get(k)).rjust(len(k)) for k in keys)

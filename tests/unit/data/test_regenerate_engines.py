@@ -1,0 +1,106 @@
+"""Engine code paths that need no GPU: vLLM arguments and output parsing, thinking parsing, shards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from dflash_trainer.data.regenerate.engine import (
+    SamplingSpec,
+    is_prompt_opening_think,
+    request_seed,
+    split_generation,
+)
+from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
+from dflash_trainer.data.regenerate.vllm_engine import (
+    VllmSettings,
+    build_llm_kwargs,
+    build_sampling_kwargs,
+    parse_request_output,
+)
+
+
+@dataclass
+class FakeCompletion:  # the attributes of vllm.outputs.CompletionOutput we read
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+
+
+@dataclass
+class FakeRequestOutput:  # the attributes of vllm.outputs.RequestOutput we read
+    outputs: list[FakeCompletion] = field(default_factory=list)
+
+
+def test_llm_arguments_enable_prefix_caching_and_pass_parallelism_and_context() -> None:
+    kwargs = build_llm_kwargs(
+        VllmSettings(model="/m", tensor_parallel_size=8, max_model_len=40960), seed=3
+    )
+    assert kwargs["enable_prefix_caching"] is True
+    assert (kwargs["tensor_parallel_size"], kwargs["max_model_len"], kwargs["seed"]) == (
+        8,
+        40960,
+        3,
+    )
+    assert kwargs["tokenizer"] == "/m" and kwargs["trust_remote_code"] is False
+    assert "max_model_len" not in build_llm_kwargs(VllmSettings(model="/m"), seed=0)
+
+
+def test_sampling_arguments_carry_the_spec_a_stop_id_and_a_per_request_seed() -> None:
+    spec = SamplingSpec(temperature=0.6, top_p=0.95, top_k=20, max_tokens=32768, seed=7)
+    a = build_sampling_kwargs(spec, eot_id=151645, request_id="abc")
+    b = build_sampling_kwargs(spec, eot_id=151645, request_id="abd")
+    assert (a["temperature"], a["top_p"], a["top_k"], a["max_tokens"]) == (0.6, 0.95, 20, 32768)
+    assert a["stop_token_ids"] == [151645] and a["skip_special_tokens"] is True
+    assert a["seed"] == request_seed(7, "abc") != b["seed"]
+    assert "top_k" not in build_sampling_kwargs(SamplingSpec(top_k=0), 1, "x")
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"), [("stop", "stop"), ("length", "length"), ("abort", "length")]
+)
+def test_request_outputs_become_generations_with_stop_or_length(reason: str, expected: str) -> None:
+    out = parse_request_output(
+        FakeRequestOutput([FakeCompletion("<think>\nR\n</think>\n\nA", [1, 2, 3], reason)])
+    )
+    assert (out.text, out.token_ids, out.finish_reason) == (
+        "<think>\nR\n</think>\n\nA",
+        [1, 2, 3],
+        expected,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "thinking", "opens", "expected"),
+    [
+        ("<think>\nWhy.\n</think>\n\nBecause.", True, False, ("Why.", "Because.")),  # Qwen3
+        (
+            "Why.\n</think>\n\nBecause.",
+            True,
+            True,
+            ("Why.", "Because."),
+        ),  # Qwen3.5: prompt opened it
+        ("<think>\n\n</think>\n\nOK.", True, False, ("", "OK.")),  # the incident's empty thinking
+        ("<think>\nStill thinking", True, False, ("Still thinking", "")),  # cut by max_tokens
+        ("Still thinking", True, True, ("Still thinking", "")),
+        ("Because.", False, False, (None, "Because.")),  # thinking off
+    ],
+)
+def test_generated_text_splits_into_reasoning_and_response(
+    text: str, thinking: bool, opens: bool, expected: tuple[str | None, str]
+) -> None:
+    assert split_generation(text, thinking, opens) == expected
+
+
+def test_a_prompt_that_ends_inside_a_think_block_is_recognised() -> None:
+    assert is_prompt_opening_think("<|im_start|>assistant\n<think>\n")
+    assert not is_prompt_opening_think("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_shards_are_stable_and_cover_all_samples_evenly() -> None:
+    ids = [f"{i:016x}" for i in range(4000)]
+    shards = [shard_of(i, 8) for i in ids]
+    assert shards == [shard_of(i, 8) for i in ids]
+    counts = [shards.count(s) for s in range(8)]
+    assert min(counts) > 400 and max(counts) < 600
+    assert base_id("abc.t2") == "abc" and base_id("abc-1") == "abc-1"

@@ -1,0 +1,232 @@
+"""`python -m dflash_trainer.data.regenerate`: the regeneration Job's entry point (one shard).
+
+Exit 0 with a termination summary when the shard is committed (or already was), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dflash_trainer.data.chat_template import ChatTemplate
+from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.ingest import IngestStats, iter_prompts
+from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec
+from dflash_trainer.data.regenerate.runner import ShardPlan, ShardRunner
+from dflash_trainer.data.regenerate.shard_store import ShardStore
+from dflash_trainer.data.sources import load_sources
+from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
+from dflash_trainer.storage import StorageError
+
+DEFAULT_PART_ROWS = 2000
+# Without a known context length, assume a small one rather than let prompts overflow the engine.
+FALLBACK_CONTEXT = 4096
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dflash_trainer.data.regenerate",
+        description="Regenerate the answers of one shard of prompts with the target model.",
+    )
+    p.add_argument("--run-root", required=True, help="run root (s3:// prefix or folder)")
+    p.add_argument("--sources", required=True, help="sources.yaml (spec.data.sources)")
+    p.add_argument("--model", help="target model: folder, s3:// prefix or hub id (offline cache)")
+    p.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
+    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--shard", type=int, help="default: $JOB_COMPLETION_INDEX, else 0")
+    p.add_argument("--enable-thinking", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--temperature", type=float, default=SamplingSpec.temperature)
+    p.add_argument("--top-p", type=float, default=SamplingSpec.top_p)
+    p.add_argument("--top-k", type=int, default=SamplingSpec.top_k, help="0 disables")
+    p.add_argument("--min-p", type=float, default=SamplingSpec.min_p)
+    p.add_argument("--max-tokens", type=int, default=SamplingSpec.max_tokens)
+    p.add_argument("--seed", type=int, default=SamplingSpec.seed)
+    p.add_argument("--repetition-penalty", type=float, default=SamplingSpec.repetition_penalty)
+    p.add_argument("--presence-penalty", type=float, default=SamplingSpec.presence_penalty)
+    p.add_argument("--max-model-len", type=int, help="engine context (default: the model config's)")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--max-num-seqs", type=int, default=512)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--batch-size", type=int, default=16, help="transformers engine batch")
+    p.add_argument("--threads", type=int, help="transformers engine CPU threads")
+    p.add_argument(
+        "--part-rows", type=int, default=DEFAULT_PART_ROWS, help="samples per Parquet part"
+    )
+    p.add_argument("--end-of-turn", help="end-of-turn token (default: the tokenizer's eos)")
+    p.add_argument("--chat-template", help="Jinja file overriding the tokenizer's chat template")
+    p.add_argument("--progress-seconds", type=float, default=30.0)
+    p.add_argument("--termination-log", help="default /dev/termination-log when it exists")
+    return p
+
+
+def validate(args: argparse.Namespace) -> None:
+    if args.shards < 1:
+        raise BadInputError(f"--shards {args.shards}: must be at least 1")
+    if args.shard is None:
+        raw = os.environ.get("JOB_COMPLETION_INDEX", "0")
+        if not raw.isdigit():
+            raise BadInputError(f"JOB_COMPLETION_INDEX={raw!r}: expected a non-negative integer")
+        args.shard = int(raw)
+    if not 0 <= args.shard < args.shards:
+        raise BadInputError(
+            f"shard {args.shard} is outside 0..{args.shards - 1} (--shards {args.shards})"
+        )
+    if args.max_tokens < 1 or args.part_rows < 1:
+        raise BadInputError("--max-tokens and --part-rows must be at least 1")
+
+
+def check_sources(stats: IngestStats) -> None:
+    """A source with no usable row is a configuration error, not a data-quality question."""
+    for s in stats.sources.values():
+        if s.accepted == 0:
+            detail = "; ".join(e for examples in s.examples.values() for e in examples[:2])
+            what = f"{s.rows} rows, none usable" if s.rows else "the file is empty"
+            raise BadInputError(
+                f"source {s.name} ({s.uri}): {what}" + (f": {detail}" if detail else "")
+            )
+
+
+class Target:
+    """The tokenizer-side pieces the runner needs, loaded only when something must be generated."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from dflash_trainer.data.target import (
+            context_length,
+            load_tokenizer,
+            resolve_model_dir,
+            token_ids,
+        )
+
+        if not args.model:
+            raise BadInputError(
+                "--model is required to regenerate prompts (only `regenerated` sources need none)"
+            )
+        self.tokenizer = load_tokenizer(args.model)
+        override = None
+        if args.chat_template:
+            override = Path(args.chat_template).read_text(encoding="utf-8")
+        self.template = ChatTemplate.from_tokenizer(self.tokenizer, override)
+        self.ids = token_ids(self.tokenizer, args.end_of_turn)
+        self.model_dir = resolve_model_dir(args.model, include_weights=True)
+        self.context = args.max_model_len or context_length(self.model_dir) or FALLBACK_CONTEXT
+        backend = self.tokenizer.backend_tokenizer
+        self.encode = lambda texts: [
+            e.ids for e in backend.encode_batch(texts, add_special_tokens=False)
+        ]
+
+
+def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpec) -> Engine:
+    if args.engine == "transformers":
+        from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
+
+        return TransformersEngine(
+            target.model_dir,
+            target.tokenizer,
+            sampling,
+            target.ids.end_of_turn,
+            args.batch_size,
+            args.threads,
+        )
+    from dflash_trainer.data.regenerate.vllm_engine import VllmEngine, VllmSettings
+
+    settings = VllmSettings(
+        model=target.model_dir,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=target.context,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_seqs=args.max_num_seqs,
+        dtype=args.dtype,
+    )
+    return VllmEngine(settings, sampling, target.ids.end_of_turn)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    validate(args)
+    store = ShardStore(args.run_root, args.shard, args.shards)
+    base = {
+        "stage": "regenerate",
+        "shard": args.shard,
+        "shards": args.shards,
+        "commitUri": store.commit_uri,
+    }
+    if store.is_committed():
+        done = store.read_commit()
+        return base | {
+            "ok": True,
+            "skipped": True,
+            "samples": done.get("samples", 0),
+            "outputTokens": done.get("outputTokens", 0),
+            "message": f"shard {args.shard} was already committed; nothing to do",
+        }
+    sampling = SamplingSpec(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        max_tokens=args.max_tokens, seed=args.seed, repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+    )  # fmt: skip
+    stats = IngestStats()
+    records = iter_prompts(load_sources(args.sources), stats)
+    plan = ShardPlan(
+        args.shard,
+        args.shards,
+        args.enable_thinking,
+        args.part_rows,
+        args.max_tokens,
+        args.progress_seconds,
+    )
+    runner = ShardRunner(
+        plan, store, lambda: Target(args), lambda t: build_engine(args, t, sampling)
+    )
+    pending = runner.select(records)
+    check_sources(stats)
+    counts = runner.run_pending(pending)
+    extra = {
+        "engine": args.engine,
+        "model": args.model,
+        "enableThinking": args.enable_thinking,
+        "sampling": asdict(sampling),
+        "imported": counts.imported,
+        "overlongPrompts": counts.overlong,
+        "truncated": counts.truncated,
+        "ingest": stats.to_dict()
+        | {"sources": [s.to_dict() | {"examples": {}} for s in stats.sources.values()]},
+    }
+    manifest = store.commit(counts.parts, extra)
+    return base | {
+        "ok": True,
+        "skipped": False,
+        "samples": manifest["samples"],
+        "outputTokens": manifest["outputTokens"],
+        "resumedFrom": counts.already_done,
+        "overlongPrompts": counts.overlong,
+        "malformedRows": stats.total("malformed"),
+        "message": f"shard {args.shard} committed: {manifest['samples']} rows, {manifest['outputTokens']} output tokens",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        payload = run(args)
+    except BadInputError as exc:
+        return finish_stage(
+            {"stage": "regenerate", "ok": False, "message": str(exc)},
+            EXIT_BAD_INPUT,
+            args.termination_log,
+        )
+    except (StorageError, RuntimeError) as exc:
+        return finish_stage(
+            {"stage": "regenerate", "ok": False, "message": str(exc)},
+            EXIT_ERROR,
+            args.termination_log,
+        )
+    print(payload["message"], flush=True)
+    return finish_stage(payload, EXIT_OK, args.termination_log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The vLLM engine (production): offline `LLM`, tensor parallel, prefix caching, big batches.
+
+vLLM is imported only inside `VllmEngine` (GPU images have it; the dev environment does not).
+Building its arguments and parsing its outputs are pure functions, tested without a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dflash_trainer.data.regenerate.engine import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Generation,
+    SamplingSpec,
+    request_seed,
+)
+
+# vLLM schedules up to this many sequences per step; offline batch generation of short prompts
+# with long answers is throughput-bound, so keep many in flight (vLLM's own default is 256).
+DEFAULT_MAX_NUM_SEQS = 512
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    model: str
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    dtype: str = "auto"
+    enforce_eager: bool = False
+
+
+def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
+    """Keyword arguments of `vllm.LLM(...)`."""
+    kwargs: dict[str, Any] = {
+        "model": settings.model,
+        "tokenizer": settings.model,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "max_num_seqs": settings.max_num_seqs,
+        "dtype": settings.dtype,
+        "seed": seed,
+        # Many prompts share a system prompt or few-shot prefix; prefix caching makes them free.
+        "enable_prefix_caching": True,
+        "trust_remote_code": False,
+        "enforce_eager": settings.enforce_eager,
+    }
+    if settings.max_model_len:
+        kwargs["max_model_len"] = settings.max_model_len
+    return kwargs
+
+
+def build_sampling_kwargs(sampling: SamplingSpec, eot_id: int, request_id: str) -> dict[str, Any]:
+    """Keyword arguments of one request's `vllm.SamplingParams(...)`."""
+    kwargs: dict[str, Any] = {
+        "n": 1,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "max_tokens": sampling.max_tokens,
+        "repetition_penalty": sampling.repetition_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        # A per-request seed: the answer does not depend on what else is in the batch.
+        "seed": request_seed(sampling.seed, request_id),
+        "stop_token_ids": [eot_id],
+        # `<think>`/`</think>` are not special tokens in Qwen3, so the reasoning stays in the text.
+        "skip_special_tokens": True,
+    }
+    if sampling.top_k > 0:
+        kwargs["top_k"] = sampling.top_k
+    return kwargs
+
+
+def parse_request_output(output: Any) -> Generation:
+    """A vLLM `RequestOutput` (first completion) as a Generation."""
+    completion = output.outputs[0]
+    reason = completion.finish_reason
+    finish = FINISH_STOP if reason == FINISH_STOP else FINISH_LENGTH
+    return Generation(
+        token_ids=[int(t) for t in completion.token_ids],
+        text=str(completion.text),
+        finish_reason=finish,
+    )
+
+
+class VllmEngine:
+    name = "vllm"
+
+    def __init__(self, settings: VllmSettings, sampling: SamplingSpec, eot_id: int) -> None:
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError:
+            raise RuntimeError(
+                "the vllm engine needs the vllm package (use the regen image), or pass "
+                "--engine transformers"
+            ) from None
+        self._sampling_params = SamplingParams
+        self.llm = LLM(**build_llm_kwargs(settings, sampling.seed))
+        self.sampling = sampling
+        self.eot_id = eot_id
+
+    def generate(self, prompts: list[list[int]], request_ids: list[str]) -> list[Generation]:
+        params = [
+            self._sampling_params(**build_sampling_kwargs(self.sampling, self.eot_id, rid))
+            for rid in request_ids
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False
+        )
+        return [parse_request_output(o) for o in outputs]
