@@ -344,10 +344,9 @@ class PodWorker:
             return None
         code = process.exit_code(proc.returncode)
         process.signal_group(proc.pid, signal.SIGKILL)  # what the command left behind
+        message = self._message(sandbox, code, offset)  # before our note joins the log
         logs.note(self.log_file, f"exited with code {code}")
-        state = terminated(
-            code, exit_reason(code), self._message(sandbox, code, offset), started_at, now(), cid
-        )
+        state = terminated(code, exit_reason(code), message, started_at, now(), cid)
         return Exit(code, state, time.monotonic() - clock)
 
     def _wait_for_exit(self, proc: subprocess.Popen[bytes], sandbox: Sandbox) -> bool:

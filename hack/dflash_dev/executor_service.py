@@ -1,0 +1,92 @@
+"""Start and stop the process executor as a tracked background process (`make executor-up`,
+`make executor-down`, `dflash-dev executor-status`); tests start theirs with `launch()`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from . import cluster, procs
+from .errors import DevError
+from .executor.executor import ready_file
+from .executor.logs import default_state_dir
+from .paths import venv_bin
+
+NAME = "executor"
+START_SECONDS = 60.0
+POLL_SECONDS = 0.1
+
+
+def launch(kubeconfig: Path, state_dir: Path, *extra: str) -> procs.Tracked:
+    """Start `python -m dflash_dev.executor run` detached; return once it serves its nodes.
+
+    Raises DevError with the executor's last log lines if it exits or hangs at start.
+    """
+    python = venv_bin() / "python"
+    argv = [
+        str(python),
+        "-m",
+        "dflash_dev.executor",
+        "run",
+        f"--kubeconfig={kubeconfig}",
+        f"--state-dir={state_dir}",
+        f"--python={python}",
+        *extra,
+    ]
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ready_file(state_dir).unlink(missing_ok=True)
+    tracked = procs.start(state_dir, NAME, argv)
+    deadline = time.monotonic() + START_SECONDS
+    while _serving_pid(state_dir) != tracked.pid:
+        if not tracked.is_alive():
+            raise DevError(
+                f"the executor exited at start ({tracked.log}):\n{procs.tail(tracked.log)}"
+            )
+        if time.monotonic() > deadline:
+            procs.stop(state_dir, NAME)
+            raise DevError(
+                f"the executor did not start in {START_SECONDS:.0f}s:\n{procs.tail(tracked.log)}"
+            )
+        time.sleep(POLL_SECONDS)
+    return tracked
+
+
+def _serving_pid(state_dir: Path) -> int | None:
+    try:
+        return int(json.loads(ready_file(state_dir).read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def executor_status(state_dir: Path | None = None) -> dict[str, Any] | None:
+    """What the running executor serves ({pid, nodes, instance, log}), or None."""
+    state_dir = state_dir or default_state_dir()
+    tracked = procs.read_tracked(state_dir, NAME)
+    if tracked is None or not tracked.is_alive():
+        return None
+    try:
+        info: dict[str, Any] = json.loads(ready_file(state_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    return {**info, "log": str(tracked.log), "state_dir": str(state_dir)}
+
+
+def executor_up(nodes: int = 2, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Start the executor for the local cluster (idempotent: a running one is returned)."""
+    running = executor_status()
+    if running is not None:
+        return running
+    if not cluster.is_healthy():
+        raise DevError("the local cluster is not running: start it with `make cluster-up`")
+    launch(cluster.kubeconfig_path(), default_state_dir(), f"--nodes={nodes}", *extra)
+    status = executor_status()
+    if status is None:
+        raise DevError(f"the executor stopped right after starting; see {default_state_dir()}")
+    return status
+
+
+def executor_down() -> bool:
+    """Stop it (its pods' processes get SIGTERM; nodes go NotReady). True if it ran."""
+    return procs.stop(default_state_dir(), NAME, grace=procs.STOP_GRACE_SECONDS * 2)

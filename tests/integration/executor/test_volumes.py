@@ -1,0 +1,101 @@
+"""Volumes become directories in the pod's sandbox, and container paths in the command, args
+and env are rewritten to them, so configMap, secret and emptyDir mounts work as in a pod."""
+
+from __future__ import annotations
+
+import json
+
+from dflash_dev.executor.testing import LocalExecutor, container_state
+
+USE_VOLUMES = """
+import json, os, pathlib, sys
+config_dir, secret_file, scratch = sys.argv[1], os.environ["SECRET_FILE"], pathlib.Path(os.environ["SCRATCH"])
+(scratch / "out.txt").write_text("written")
+result = {
+    "train": open(f"{config_dir}/train.yaml").read(),
+    "secret": open(secret_file).read(),
+    "scratch": (scratch / "out.txt").read_text(),
+    "shared": open("/cache/out.txt").read(),
+    "config_dir": config_dir,
+    "s3_uri": os.environ["S3_URI"],
+}
+open("/dev/termination-log", "w").write(json.dumps(result))
+"""
+
+
+def test_configmap_and_secret_volumes_are_readable_and_an_emptydir_is_writable(
+    executor: LocalExecutor, namespace: str
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "run-config"},
+        "data": {"train.yaml": "steps: 3\n"},
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf"},
+        "stringData": {"token": "hf_abc"},
+    }
+    pod = executor.pod(
+        "volumes",
+        ["python", "-c", USE_VOLUMES, "/etc/dflash"],
+        volumes=[
+            {"name": "config", "configMap": {"name": "run-config"}},
+            {
+                "name": "hf",
+                "secret": {"secretName": "hf", "items": [{"key": "token", "path": "hf-token"}]},
+            },
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
+        container={
+            "env": [
+                {"name": "SECRET_FILE", "value": "/var/secrets/hf/hf-token"},
+                {"name": "SCRATCH", "value": "/scratch"},
+                {"name": "S3_URI", "value": "s3://bucket/scratch/x"},
+            ],
+            "volumeMounts": [
+                {"name": "config", "mountPath": "/etc/dflash"},
+                {"name": "hf", "mountPath": "/var/secrets/hf", "readOnly": True},
+                {"name": "scratch", "mountPath": "/scratch"},
+                {"name": "scratch", "mountPath": "/cache"},  # the same emptyDir twice
+                {"name": "shm", "mountPath": "/dev/shm"},
+            ],
+        },
+    )
+    executor.apply(namespace, config, secret, pod)
+    done = executor.wait_phase(namespace, "volumes", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded", executor.describe(namespace, "volumes")
+    seen = json.loads(container_state(done)["terminated"]["message"])
+    sandbox = executor.state_dir / "pods" / namespace / "volumes" / done["metadata"]["uid"]
+    assert seen.pop("config_dir") == str(sandbox / "volumes" / "config")
+    assert seen == {
+        "train": "steps: 3\n",
+        "secret": "hf_abc",
+        "scratch": "written",
+        "shared": "written",
+        "s3_uri": "s3://bucket/scratch/x",  # a URI is not a path: never rewritten
+    }
+
+
+def test_a_volume_of_an_unsupported_type_keeps_the_pod_waiting_with_a_clear_message(
+    executor: LocalExecutor, namespace: str
+) -> None:
+    pod = executor.pod(
+        "host-path",
+        ["python", "-c", "pass"],
+        volumes=[{"name": "data", "hostPath": {"path": "/srv/data"}}],
+        container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+    )
+    executor.apply(namespace, pod)
+    waiting = executor.wait_until(
+        "a config error",
+        namespace,
+        "host-path",
+        lambda p: "waiting" in container_state(p) and container_state(p)["waiting"].get("message"),
+    )
+    message = container_state(waiting)["waiting"]["message"]
+    assert "volume data: type hostPath is not supported" in message
+    assert "emptyDir" in message  # says what is supported
