@@ -1,0 +1,146 @@
+"""Command lines of the stage entry points (docs/stage-cli.md, docs/data-contracts.md), as
+argument lists. The one place to align when a stage's CLI changes.
+
+Arguments are lists, never shell strings. The kubelet still expands `$(VAR)` in args, so
+every value that comes from the spec has its `$` doubled (`$$` is a literal `$`): a spec can
+never make a pod print one of its environment variables (e.g. a credential).
+"""
+
+from __future__ import annotations
+
+from dflash_operator.api.constants import Gate
+from dflash_operator.api.spec import DFlashRunSpec
+
+PYTHON = "python"
+CONFIG_DIR = "/etc/dflash"
+SOURCES_FILE = f"{CONFIG_DIR}/sources.yaml"
+THRESHOLDS_FILE = f"{CONFIG_DIR}/thresholds.yaml"
+TRAIN_FILE = f"{CONFIG_DIR}/train.yaml"
+EVAL_FILE = f"{CONFIG_DIR}/eval.yaml"
+CHAT_TEMPLATE_FILE = f"{CONFIG_DIR}/chat_template.jinja"
+TERMINATION_LOG = "/dev/termination-log"
+# Indexed Jobs put the shard number in this variable; `$(...)` is expanded by the kubelet.
+SHARD_INDEX_REF = "$(JOB_COMPLETION_INDEX)"
+# Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
+PVC_ROOT = "/mnt/pvc"
+
+
+def escape(value: object) -> str:
+    """A spec value as a literal argument: `$` doubled so the kubelet expands nothing."""
+    return str(value).replace("$", "$$")
+
+
+def to_local(uri: str) -> str:
+    """pvc://<claim>/<path> -> the path where children/pod.py mounts that claim."""
+    if uri.startswith("pvc://"):
+        return f"{PVC_ROOT}/{uri.removeprefix('pvc://')}"
+    return uri
+
+
+def _flag(enabled: bool, name: str) -> str:
+    return f"--{name}" if enabled else f"--no-{name}"
+
+
+def _model_args(spec: DFlashRunSpec) -> list[str]:
+    args = ["--model", escape(to_local(spec.target.model))]
+    if spec.target.revision:
+        args += ["--revision", escape(spec.target.revision)]
+    if spec.target.chat_template:
+        args += ["--chat-template", CHAT_TEMPLATE_FILE]
+    return args
+
+
+def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """One shard (the Job completion index) of `python -m dflash_trainer.data.regenerate`."""
+    regen = spec.regeneration
+    args = [
+        PYTHON, "-m", "dflash_trainer.data.regenerate",
+        "--run-root", escape(run_root),
+        "--sources", SOURCES_FILE,
+        *_model_args(spec),
+        "--dtype", spec.target.dtype.value,
+        _flag(spec.target.thinking, "thinking"),
+        "--engine", regen.engine.value,
+        "--shard", SHARD_INDEX_REF,
+        "--shards", str(regen.shards),
+        "--max-new-tokens", str(regen.max_new_tokens),
+        "--temperature", str(regen.temperature),
+        "--top-p", str(regen.top_p),
+        "--seed", str(regen.seed),
+        "--tensor-parallel-size", str(regen.tensor_parallel),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+    engine = regen.engine_args
+    if engine is not None:
+        args += ["--engine-arg", f"gpu-memory-utilization={engine.gpu_memory_utilization}"]
+        typed = {
+            "max-model-len": engine.max_model_len,
+            "max-num-seqs": engine.max_num_seqs,
+            "max-num-batched-tokens": engine.max_num_batched_tokens,
+            "enable-prefix-caching": engine.enable_prefix_caching,
+            "enforce-eager": engine.enforce_eager,
+            "kv-cache-dtype": engine.kv_cache_dtype.value if engine.kv_cache_dtype else None,
+        }
+        for key, value in typed.items():
+            if value is not None:
+                shown = str(value).lower() if isinstance(value, bool) else str(value)
+                args += ["--engine-arg", f"{key}={shown}"]
+        for key, value in sorted((engine.extra or {}).items()):
+            args += ["--engine-arg", escape(f"{key}={value}")]
+    return args
+
+
+def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
+    """`python -m dflash_trainer.data.audit --gate <gate>`: exit 0 pass, 3 fail."""
+    return [
+        PYTHON, "-m", "dflash_trainer.data.audit",
+        "--gate", gate.value,
+        "--run-root", escape(run_root),
+        "--thresholds", THRESHOLDS_FILE,
+        *_model_args(spec),
+        "--block-size", str(spec.drafter.block_size),
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def build_tokenize_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """`python -m dflash_trainer.data.tokenize`: completions -> input_ids, loss_mask, seq_len."""
+    return [
+        PYTHON, "-m", "dflash_trainer.data.tokenize",
+        "--run-root", escape(run_root),
+        *_model_args(spec),
+        _flag(spec.target.thinking, "thinking"),
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def build_train_args(run_root: str) -> list[str]:
+    """torchrun (its settings come from the PET_* env the PyTorchJob sets) over the trainer."""
+    return [
+        PYTHON, "-m", "torch.distributed.run",
+        "--module", "dflash_trainer.train",
+        "--config", TRAIN_FILE,
+        "--run-root", escape(run_root),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def build_evaluate_args(run_root: str) -> list[str]:
+    """`python -m dflash_trainer.eval --config eval.yaml`: acceptance length."""
+    return [
+        PYTHON, "-m", "dflash_trainer.eval",
+        "--config", EVAL_FILE,
+        "--run-root", escape(run_root),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def build_cleanup_args(run_root: str) -> list[str]:
+    """Delete the run's whole S3 root (cleanupPolicy Delete)."""
+    return [
+        PYTHON, "-m", "dflash_trainer.cleanup",
+        "--run-root", escape(run_root),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip

@@ -1,0 +1,145 @@
+"""The `<run>-config` ConfigMap: the files stage pods read from /etc/dflash (sources.yaml,
+thresholds.yaml, train.yaml, eval.yaml, chat_template.jinja), rendered from the spec, with
+a hash so the operator rewrites it only when the spec changed (docs/data-contracts.md s.7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import yaml
+
+from dflash_operator.api.constants import Stage
+from dflash_operator.api.naming import child_name
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.spec_training import Strategy
+from dflash_operator.children.commands import to_local
+from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_metadata
+
+# The trainer patches status at most this often (data-contracts section 6).
+PROGRESS_PATCH_SECONDS = 30
+_STRATEGIES = {Strategy.DDP: "ddp", Strategy.FSDP: "fsdp2"}
+# spec.audit keys that are not thresholds.
+_AUDIT_NON_THRESHOLDS = {"nodePool", "prompts", "completions", "tokens"}
+
+
+def build_sources_file(spec: DFlashRunSpec) -> dict[str, Any]:
+    return {"sources": [source.to_api() for source in spec.data.sources]}
+
+
+def build_thresholds_file(spec: DFlashRunSpec) -> dict[str, Any]:
+    """The gates' thresholds as one flat camelCase mapping (the trainer's `Thresholds`)."""
+    audit = spec.audit.to_api()
+    flat = {k: v for k, v in audit.items() if k not in _AUDIT_NON_THRESHOLDS}
+    for gate in ("prompts", "completions", "tokens"):
+        flat.update(audit.get(gate) or {})
+    flat["expectThinking"] = spec.target.thinking
+    return {"audit": flat}
+
+
+def _layer_types(spec: DFlashRunSpec) -> list[str] | None:
+    window = spec.drafter.sliding_window
+    if window is None:
+        return None
+    layers = spec.drafter.num_layers
+    return ["sliding_attention"] * window.layers + ["full_attention"] * (layers - window.layers)
+
+
+def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
+    """The trainer's config (`dflash_trainer/train/config.py`, docs/trainer-config.md)."""
+    training = spec.training
+    drafter: dict[str, Any] = {
+        "num_layers": spec.drafter.num_layers,
+        "block_size": spec.drafter.block_size,
+    }
+    if spec.drafter.target_layer_ids is not None:
+        drafter["target_layer_ids"] = list(spec.drafter.target_layer_ids)
+    if spec.drafter.mask_token_id is not None:
+        drafter["mask_token_id"] = spec.drafter.mask_token_id
+    layer_types = _layer_types(spec)
+    if layer_types is not None and spec.drafter.sliding_window is not None:
+        drafter["layer_types"] = layer_types
+        drafter["sliding_window"] = spec.drafter.sliding_window.size
+    return {
+        "run_root": run_root,
+        "seed": training.seed,
+        "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
+        "drafter": drafter,
+        "data": {"max_seq_len": spec.tokenization.max_seq_len, "batch_size": training.batch_size},
+        "objective": {
+            "anchors_per_sequence": training.anchors_per_sequence,
+            "gamma": training.loss_decay_gamma,
+        },
+        "optim": {
+            "lr": training.learning_rate,
+            "warmup_ratio": training.warmup_ratio,
+            "grad_clip": training.grad_clip,
+            "epochs": training.epochs,
+            "grad_accum": training.gradient_accumulation_steps,
+        },
+        "distributed": {"strategy": _STRATEGIES[training.strategy]},
+        "checkpoint": {
+            "every_steps": training.checkpoint_every_steps,
+            "keep_last": training.keep_checkpoints,
+            "resume": True,
+        },
+        "logging": {"progress_patch_seconds": PROGRESS_PATCH_SECONDS},
+    }
+
+
+def build_eval_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
+    evaluation = spec.evaluation
+    out: dict[str, Any] = {
+        "run_root": run_root,
+        "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
+        "drafter_uri": f"{run_root}/final",
+        "max_prompts": evaluation.max_prompts,
+        "max_new_tokens": evaluation.max_new_tokens,
+        "temperature": evaluation.temperature,
+        "block_size": spec.drafter.block_size,
+        "thinking": spec.target.thinking,
+    }
+    if evaluation.prompts is not None:
+        out["prompts"] = {
+            "uri": to_local(evaluation.prompts.uri),
+            "format": evaluation.prompts.format.value,
+        }
+    return out
+
+
+def _dump(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+
+
+def build_config_data(spec: DFlashRunSpec, run_root: str) -> dict[str, str]:
+    """File name -> content, exactly as mounted at /etc/dflash."""
+    data = {
+        "sources.yaml": _dump(build_sources_file(spec)),
+        "thresholds.yaml": _dump(build_thresholds_file(spec)),
+        "train.yaml": _dump(build_train_file(spec, run_root)),
+        "eval.yaml": _dump(build_eval_file(spec, run_root)),
+    }
+    if spec.target.chat_template:
+        data["chat_template.jinja"] = spec.target.chat_template
+    return data
+
+
+def config_hash(data: dict[str, str]) -> str:
+    """Short, stable hash of the rendered files (annotation on the ConfigMap)."""
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def build_config_map(run: RunRef, spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
+    data = build_config_data(spec, run_root)
+    name = child_name(run.name, Stage.CONFIG)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": build_metadata(
+            run, name, Stage.CONFIG, annotations={ANNOTATION_CONFIG_HASH: config_hash(data)}
+        ),
+        "data": data,
+    }

@@ -1,0 +1,242 @@
+"""The small protocol every child kind follows (identity, `finished -> (done, ok, message)`,
+suspend), its implementations for Job, PyTorchJob and ConfigMap, and the summaries of
+children and pods the planner reads (`plan/observed.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
+
+from dflash_operator.api.constants import API_VERSION, KIND, LABEL_ATTEMPT, LABEL_STAGE, Stage
+from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH
+from dflash_operator.plan.observed import (
+    RUNNING,
+    ChildView,
+    Finished,
+    PodView,
+    Termination,
+)
+
+Body = Mapping[str, Any]
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+PYTORCHJOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+
+
+class ChildKind(Protocol):
+    """How the operator reads and steers one kind of child."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+    @property
+    def api_version(self) -> str: ...
+
+    def finished(self, body: Body) -> Finished: ...
+
+    def is_suspended(self, body: Body) -> bool: ...
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]: ...
+
+
+def _conditions(body: Body) -> dict[str, Mapping[str, Any]]:
+    status = body.get("status") or {}
+    return {
+        c.get("type", ""): c for c in status.get("conditions") or () if c.get("status") == "True"
+    }
+
+
+def _describe(condition: Mapping[str, Any], default: str) -> str:
+    reason = condition.get("reason") or ""
+    message = condition.get("message") or default
+    return f"{reason}: {message}" if reason else message
+
+
+class _Kind:
+    kind: ClassVar[str]
+    group: ClassVar[str]
+    version: ClassVar[str]
+    plural: ClassVar[str]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+class JobKind(_Kind):
+    """`batch/v1` Job: Complete / Failed conditions, `spec.suspend`."""
+
+    kind = "Job"
+    group = "batch"
+    version = "v1"
+    plural = "jobs"
+
+    def finished(self, body: Body) -> Finished:
+        conditions = _conditions(body)
+        if "Complete" in conditions:
+            return Finished(True, True, conditions["Complete"].get("message") or "completed")
+        if "Failed" in conditions:
+            return Finished(True, False, _describe(conditions["Failed"], "the Job failed"))
+        return RUNNING
+
+    def is_suspended(self, body: Body) -> bool:
+        return bool((body.get("spec") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+
+class PyTorchJobKind(_Kind):
+    """`kubeflow.org/v1` PyTorchJob: Succeeded / Failed conditions, `runPolicy.suspend`."""
+
+    kind = "PyTorchJob"
+    group = "kubeflow.org"
+    version = "v1"
+    plural = "pytorchjobs"
+
+    def finished(self, body: Body) -> Finished:
+        conditions = _conditions(body)
+        if "Succeeded" in conditions:
+            return Finished(True, True, conditions["Succeeded"].get("message") or "succeeded")
+        if "Failed" in conditions:
+            return Finished(True, False, _describe(conditions["Failed"], "the PyTorchJob failed"))
+        return RUNNING
+
+    def is_suspended(self, body: Body) -> bool:
+        return bool(((body.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"runPolicy": {"suspend": suspend}}}
+
+
+class ConfigMapKind(_Kind):
+    """`v1` ConfigMap: never running, never suspended."""
+
+    kind = "ConfigMap"
+    group = ""
+    version = "v1"
+    plural = "configmaps"
+
+    def finished(self, body: Body) -> Finished:
+        return Finished(True, True)
+
+    def is_suspended(self, body: Body) -> bool:
+        return False
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        raise TypeError("a ConfigMap cannot be suspended")
+
+
+JOB = JobKind()
+PYTORCHJOB = PyTorchJobKind()
+CONFIG_MAP = ConfigMapKind()
+KINDS: dict[str, ChildKind] = {k.kind: k for k in (JOB, PYTORCHJOB, CONFIG_MAP)}
+
+
+def _stage(labels: Mapping[str, str]) -> Stage | None:
+    try:
+        return Stage(labels.get(LABEL_STAGE, ""))
+    except ValueError:
+        return None
+
+
+def _attempt(labels: Mapping[str, str]) -> int:
+    raw = labels.get(LABEL_ATTEMPT, "1")
+    return int(raw) if raw.isdigit() else 1
+
+
+def run_owner_uid(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("kind") == KIND and ref.get("apiVersion") == API_VERSION:
+            return str(ref.get("uid"))
+    return None
+
+
+def summarize_child(body: Body) -> ChildView | None:
+    """The planner's view of a Job, PyTorchJob or ConfigMap; None for any other kind."""
+    child_kind = KINDS.get(str(body.get("kind")))
+    if child_kind is None:
+        return None
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = body.get("status") or {}
+    replicas = (status.get("replicaStatuses") or {}).values()
+    return ChildView(
+        kind=child_kind.kind,
+        api_version=child_kind.api_version,
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid")),
+        owner_uid=run_owner_uid(meta),
+        stage=_stage(labels),
+        attempt=_attempt(labels),
+        suspended=child_kind.is_suspended(body),
+        finished=child_kind.finished(body),
+        active=int(status.get("active") or sum(r.get("active") or 0 for r in replicas)),
+        succeeded=int(status.get("succeeded") or sum(r.get("succeeded") or 0 for r in replicas)),
+        failed=int(status.get("failed") or sum(r.get("failed") or 0 for r in replicas)),
+        failed_indexes=status.get("failedIndexes") or None,
+        config_hash=(meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _time(raw: Any) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _termination(state: Mapping[str, Any] | None) -> Termination | None:
+    terminated = (state or {}).get("terminated")
+    if not terminated:
+        return None
+    return Termination(
+        exit_code=int(terminated.get("exitCode") or 0),
+        reason=terminated.get("reason"),
+        message=terminated.get("message"),
+        finished_at=_time(terminated.get("finishedAt")),
+    )
+
+
+def summarize_pod(body: Body) -> PodView | None:
+    """A pod of a Job or PyTorchJob: phase, node, and how its main container ended."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owner = (
+        labels.get(JOB_NAME_LABEL) or labels.get("job-name") or labels.get(PYTORCHJOB_NAME_LABEL)
+    )
+    if not owner:
+        return None
+    status = body.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    main = statuses[0] if statuses else {}
+    index = labels.get(JOB_INDEX_LABEL)
+    return PodView(
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid")),
+        owner_name=str(owner),
+        stage=_stage(labels),
+        attempt=_attempt(labels),
+        index=int(index) if index is not None and index.isdigit() else None,
+        phase=str(status.get("phase") or "Pending"),
+        node_name=(body.get("spec") or {}).get("nodeName"),
+        terminated=_termination(main.get("state")),
+        last_failure=_termination(main.get("lastState")),
+        restarts=int(main.get("restartCount") or 0),
+        replica_type=labels.get(REPLICA_TYPE_LABEL),
+    )

@@ -1,0 +1,79 @@
+"""Training launchers: the small interface that turns a run's training stage into one
+distributed workload, and its Kubeflow PyTorchJob implementation. TrainJob or JobSet would
+be one more class here, registered in LAUNCHERS.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from dflash_operator.api.constants import Stage
+from dflash_operator.api.naming import child_name
+from dflash_operator.api.spec_training import Launcher
+from dflash_operator.children import commands
+from dflash_operator.children.kinds import PYTORCHJOB, ChildKind
+from dflash_operator.children.meta import build_metadata
+from dflash_operator.children.pod import PodContext, build_container, build_pod_template
+
+# The training-operator finds the rendezvous port by these names (pytorch_types.go).
+PYTORCH_CONTAINER = "pytorch"
+PYTORCH_PORT_NAME = "pytorchjob-port"
+PYTORCH_PORT = 23456
+
+
+class TrainingLauncher(Protocol):
+    """Builds the one workload of a training attempt; `kind` reads it back."""
+
+    kind: ChildKind
+
+    def build(
+        self, ctx: PodContext, run_root: str, max_restarts: int, suspend: bool
+    ) -> dict[str, Any]: ...
+
+
+class PyTorchJobLauncher:
+    """`kubeflow.org/v1` PyTorchJob: a Master plus nodes-1 Workers, torchrun in each pod."""
+
+    kind: ChildKind = PYTORCHJOB
+
+    def build(
+        self, ctx: PodContext, run_root: str, max_restarts: int, suspend: bool
+    ) -> dict[str, Any]:
+        name = child_name(ctx.run.name, Stage.TRAIN, ctx.attempt or 1)
+        port = {"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}
+        container = build_container(
+            ctx, PYTORCH_CONTAINER, commands.build_train_args(run_root), ports=[port]
+        )
+        # OnFailure: a crashed process restarts in place and counts against backoffLimit.
+        template = build_pod_template(ctx, container, restart_policy="OnFailure")
+        replicas: dict[str, Any] = {
+            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
+        }
+        workers = ctx.spec.training.nodes - 1
+        if workers:
+            replicas["Worker"] = {
+                "replicas": workers,
+                "restartPolicy": "OnFailure",
+                "template": template,
+            }
+        return {
+            "apiVersion": PYTORCHJOB.api_version,
+            "kind": PYTORCHJOB.kind,
+            "metadata": build_metadata(
+                ctx.run, name, Stage.TRAIN, ctx.attempt, labels=ctx.workload_labels
+            ),
+            "spec": {
+                "nprocPerNode": str(ctx.placement.processes),
+                "runPolicy": {
+                    "backoffLimit": max_restarts,
+                    # Free the GPUs of surviving replicas once the job is over; failed pods
+                    # stay, so the failure reason can still be read.
+                    "cleanPodPolicy": "Running",
+                    "suspend": suspend,
+                },
+                "pytorchReplicaSpecs": replicas,
+            },
+        }
+
+
+LAUNCHERS: dict[Launcher, TrainingLauncher] = {Launcher.PYTORCHJOB: PyTorchJobLauncher()}

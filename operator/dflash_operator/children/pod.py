@@ -1,0 +1,245 @@
+"""The pod template every stage shares: node-pool placement, GPU and extra resources, S3
+credentials from the Secret (`secretKeyRef`, never values), the rendered config files,
+a memory-backed /dev/shm, and a non-root, read-only container.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflash_operator.api.constants import Stage
+from dflash_operator.api.naming import child_name
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.children.commands import CONFIG_DIR, PVC_ROOT
+from dflash_operator.children.meta import RunRef, build_child_labels
+from dflash_operator.plan.placement import Placement
+
+TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir of the pod, the only writable path
+SHM_DIR = "/dev/shm"  # noqa: S108 - a memory-backed emptyDir for NCCL, not a temp file
+# Kueue reads the queue from this label on the workload.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# NCCL: fail fast instead of hanging on a dead peer, and say why at WARN level.
+NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
+# Caches of Hugging Face and friends go to the writable emptyDir.
+CACHE_ENV = {
+    "HOME": TMP_DIR,
+    "HF_HOME": f"{TMP_DIR}/hf",
+    "XDG_CACHE_HOME": f"{TMP_DIR}/cache",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Operator-wide pod settings (from the operator's config)."""
+
+    image_pull_policy: str = "IfNotPresent"
+    run_as_user: int = 1000
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """Everything that shapes one stage's pods."""
+
+    run: RunRef
+    spec: DFlashRunSpec
+    stage: Stage
+    attempt: int | None
+    placement: Placement
+    image: str
+    settings: PodSettings = field(default_factory=PodSettings)
+    service_account: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Pod labels: the pool's (e.g. a scheduler's queue), then ours."""
+        return {
+            **self.placement.pool.labels,
+            **build_child_labels(self.run, self.stage, self.attempt),
+        }
+
+    @property
+    def workload_labels(self) -> dict[str, str]:
+        """Labels for the Job / PyTorchJob itself (Kueue reads its queue from there)."""
+        labels = dict(self.placement.pool.labels)
+        if self.spec.queue_name:
+            labels[KUEUE_QUEUE_LABEL] = self.spec.queue_name
+        return labels
+
+
+def pvc_claims(spec: DFlashRunSpec) -> list[str]:
+    """Claims named by pvc:// URIs of the spec, each mounted read-only under PVC_ROOT."""
+    uris = [spec.target.model, *(source.uri for source in spec.data.sources)]
+    if spec.evaluation.prompts is not None:
+        uris.append(spec.evaluation.prompts.uri)
+    claims = []
+    for uri in uris:
+        if uri.startswith("pvc://"):
+            claim = uri.removeprefix("pvc://").split("/", 1)[0]
+            if claim not in claims:
+                claims.append(claim)
+    return claims
+
+
+def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
+    """S3 settings as env; the credentials only as references to the run's Secret."""
+    storage = ctx.spec.storage
+    env: list[dict[str, Any]] = [
+        {"name": "DFLASH_S3_PATH_STYLE", "value": "true" if storage.path_style else "false"}
+    ]
+    if storage.endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": storage.endpoint})
+    if storage.region:
+        env.append({"name": "AWS_REGION", "value": storage.region})
+    ref = storage.credentials_secret_ref
+    if ref is not None:
+        for name, key in (
+            ("AWS_ACCESS_KEY_ID", ref.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", ref.secret_access_key_key),
+        ):
+            env.append(
+                {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}
+            )
+    return env
+
+
+def build_env(ctx: PodContext) -> list[dict[str, Any]]:
+    """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3."""
+    plain = dict(CACHE_ENV)
+    if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
+        plain.update(NCCL_ENV)
+    if pvc_claims(ctx.spec):
+        plain["DFLASH_PVC_ROOT"] = PVC_ROOT
+    plain.update(ctx.placement.pool.env)
+    plain.update(ctx.extra_env)
+    env = [{"name": name, "value": value} for name, value in plain.items()]
+    return env + build_s3_env(ctx)
+
+
+def build_resources(ctx: PodContext) -> dict[str, Any]:
+    """GPUs and the pool's extra resources (requests = limits), plus training's CPU/memory."""
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    pool = ctx.placement.pool
+    if ctx.placement.gpus:
+        accelerators = {pool.gpu_resource: ctx.placement.gpus, **pool.extra_resources}
+        requests.update(accelerators)
+        limits.update(accelerators)
+    if ctx.stage == Stage.TRAIN and ctx.spec.training.resources is not None:
+        requests.update(ctx.spec.training.resources.requests or {})
+        limits.update(ctx.spec.training.resources.limits or {})
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = {k: str(v) for k, v in requests.items()}
+    if limits:
+        out["limits"] = {k: str(v) for k, v in limits.items()}
+    return out
+
+
+def build_volumes(ctx: PodContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): config files, /tmp, /dev/shm for GPU and training pods, PVCs."""
+    config_map = child_name(ctx.run.name, Stage.CONFIG)
+    # The cleanup Job may run for a run that never rendered its config: optional there.
+    optional = ctx.stage == Stage.CLEANUP
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": config_map, "optional": optional}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": TMP_DIR},
+    ]
+    if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
+        shm: dict[str, Any] = {"medium": "Memory"}
+        if ctx.placement.pool.shm_size:
+            shm["sizeLimit"] = ctx.placement.pool.shm_size
+        volumes.append({"name": "dshm", "emptyDir": shm})
+        mounts.append({"name": "dshm", "mountPath": SHM_DIR})
+    for index, claim in enumerate(pvc_claims(ctx.spec)):
+        name = f"pvc-{index}"
+        volumes.append(
+            {"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+        mounts.append({"name": name, "mountPath": f"{PVC_ROOT}/{claim}", "readOnly": True})
+    return volumes, mounts
+
+
+def build_container(
+    ctx: PodContext, name: str, args: list[str], ports: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The stage's one container: non-root, read-only root, no privilege escalation."""
+    _volumes, mounts = build_volumes(ctx)
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if ctx.placement.gpus and ctx.placement.pool.add_capabilities:
+        capabilities["add"] = list(ctx.placement.pool.add_capabilities)
+    container: dict[str, Any] = {
+        "name": name,
+        "image": ctx.image,
+        "imagePullPolicy": ctx.settings.image_pull_policy,
+        "args": args,
+        "env": build_env(ctx),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": capabilities,
+        },
+    }
+    resources = build_resources(ctx)
+    if resources:
+        container["resources"] = resources
+    if ports:
+        container["ports"] = ports
+    return container
+
+
+def build_pod_spec(
+    ctx: PodContext, container: dict[str, Any], restart_policy: str
+) -> dict[str, Any]:
+    """Pod spec: placement from the pool, security, volumes, the service account."""
+    pool = ctx.placement.pool
+    volumes, _mounts = build_volumes(ctx)
+    uid = ctx.settings.run_as_user
+    spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if ctx.service_account:
+        spec["serviceAccountName"] = ctx.service_account
+        spec["automountServiceAccountToken"] = True
+    else:
+        # Stage pods never talk to the API server; only the trainer does (its own SA).
+        spec["automountServiceAccountToken"] = False
+    if pool.node_selector:
+        spec["nodeSelector"] = dict(pool.node_selector)
+    if pool.tolerations:
+        spec["tolerations"] = [t.to_api() for t in pool.tolerations]
+    if pool.affinity:
+        spec["affinity"] = pool.affinity
+    if pool.scheduler_name:
+        spec["schedulerName"] = pool.scheduler_name
+    if ctx.spec.priority_class_name:
+        spec["priorityClassName"] = ctx.spec.priority_class_name
+    return spec
+
+
+def build_pod_template(
+    ctx: PodContext, container: dict[str, Any], restart_policy: str
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": ctx.labels}
+    if ctx.placement.pool.annotations:
+        meta["annotations"] = dict(ctx.placement.pool.annotations)
+    return {"metadata": meta, "spec": build_pod_spec(ctx, container, restart_policy)}

@@ -1,0 +1,80 @@
+"""Watches on the runs' children (Jobs, PyTorchJobs, ConfigMaps, pods, labelled by us):
+in-memory indexes keyed by (namespace, run) for the reconciler, and a nudge to reconcile the
+owning run on every change. Async and pure computation: no API calls, no threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from dflash_operator.api.constants import (
+    GROUP,
+    LABEL_MANAGED_BY,
+    LABEL_RUN,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+)
+from dflash_operator.children.kinds import summarize_child, summarize_pod
+
+OURS = {LABEL_MANAGED_BY: MANAGED_BY}
+Entry = dict[tuple[str, str], Any]
+
+
+def _entry(namespace: str | None, labels: kopf.Labels, value: Any) -> Entry:
+    run = labels.get(LABEL_RUN)
+    if not namespace or not run or value is None:
+        return {}
+    return {(namespace, run): value}
+
+
+@kopf.index("batch", "v1", "jobs", labels=OURS)
+async def dflash_jobs(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    return _entry(namespace, labels, summarize_child(body))
+
+
+@kopf.index("kubeflow.org", "v1", "pytorchjobs", labels=OURS)
+async def dflash_pytorchjobs(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    return _entry(namespace, labels, summarize_child(body))
+
+
+@kopf.index("", "v1", "configmaps", labels=OURS)
+async def dflash_configmaps(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    return _entry(namespace, labels, summarize_child(body))
+
+
+@kopf.index("", "v1", "pods", labels=OURS)
+async def dflash_pods(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    return _entry(namespace, labels, summarize_pod(body))
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def dflash_runs(
+    namespace: str | None, name: str | None, status: kopf.Status, **_: Any
+) -> Entry:
+    """Run key -> phase: for the resync loop and the runs-per-phase metric."""
+    if not namespace or not name:
+        return {}
+    return {(namespace, name): status.get("phase")}
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=OURS)
+@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=OURS)
+@kopf.on.event("", "v1", "pods", labels=OURS)
+async def child_changed(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> None:
+    """A child moved: reconcile its run (the queue folds bursts into one reconcile)."""
+    run = labels.get(LABEL_RUN)
+    if namespace and run and "controller" in memo:
+        memo.controller.enqueue(namespace, run)

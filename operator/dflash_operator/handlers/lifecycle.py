@@ -1,0 +1,113 @@
+"""Operator start and stop: kopf settings (our own annotation prefix, watch timeouts,
+server-side selectors, no peering, no scanning), the client, the reconcile workers, the
+resync loop and `/metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from dflash_operator import metrics
+from dflash_operator.api.constants import GROUP
+from dflash_operator.children.meta import CHILD_SELECTOR
+from dflash_operator.children.pod import PodSettings
+from dflash_operator.config import ConfigError, OperatorConfig, load_config
+from dflash_operator.plan.stages import PlanSettings
+from dflash_operator.pools import PoolsConfig, PoolsError, load_pools
+from dflash_operator.runtime.cleanup import CleanupRunner
+from dflash_operator.runtime.controller import Controller, run_key
+from dflash_operator.runtime.kube import Kube, load_api_client
+from dflash_operator.runtime.observer import CHILD_INDEXES, POD_INDEX, Observer, snapshot
+from dflash_operator.runtime.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+# kopf's own bookkeeping goes to annotations `kopf.dflash.dev/...`: status stays ours.
+KOPF_PREFIX = f"kopf.{GROUP}"
+FINALIZER = f"{GROUP}/cleanup"
+# kopf runs sync handlers (ours only enqueue) in this many threads.
+KOPF_HANDLER_THREADS = 4
+RUNS_INDEX = "dflash_runs"
+# Extra connections beyond one per worker: events and the cleanup handler.
+SPARE_CONNECTIONS = 4
+
+
+def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.enabled = False  # events are ours (runtime/events.py), not log lines
+    settings.peering.standalone = True  # one replica, strategy Recreate (the chart)
+    settings.scanning.disabled = True  # no cluster-wide CRD/namespace watch, no RBAC for it
+    settings.watching.server_timeout = int(config.watch_server_timeout)  # the API wants seconds
+    settings.watching.client_timeout = config.watch_client_timeout
+    settings.watching.connect_timeout = config.connect_timeout
+    settings.networking.request_timeout = config.request_timeout
+    settings.networking.connect_timeout = config.connect_timeout
+    settings.execution.max_workers = KOPF_HANDLER_THREADS
+    for resource in (
+        ("batch", "jobs"),
+        ("kubeflow.org", "pytorchjobs"),
+        ("", "pods"),
+        ("", "configmaps"),
+    ):
+        settings.watching.label_selectors[resource] = CHILD_SELECTOR
+
+
+def _load(memo: kopf.Memo) -> tuple[OperatorConfig, PoolsConfig]:
+    try:
+        config = memo.get("config") or load_config()
+        pools = memo.get("pools") or load_pools(config.pools_file)
+    except (ConfigError, PoolsError) as error:
+        raise kopf.PermanentError(str(error)) from None
+    return config, pools
+
+
+@kopf.on.startup()
+def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    config, pools = _load(memo)
+    configure_kopf(settings, config)
+    kube = Kube(
+        load_api_client(pool_size=config.workers + SPARE_CONNECTIONS),
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.request_timeout,
+    )
+    plan_settings = PlanSettings(
+        regen_image=config.regen_image,
+        trainer_image=config.trainer_image,
+        stage_backoff_limit=config.stage_backoff_limit,
+        pod=PodSettings(image_pull_policy=config.image_pull_policy, run_as_user=config.run_as_user),
+    )
+    indices = {name: kwargs[name] for name in (*CHILD_INDEXES, POD_INDEX, RUNS_INDEX)}
+    runs = indices[RUNS_INDEX]
+
+    def phases() -> dict[str, str | None]:
+        entries = snapshot(lambda: [(key, tuple(values)) for key, values in runs.items()])
+        return {run_key(*key): next(iter(values), None) for key, values in entries}
+
+    def live_runs() -> list[str]:
+        return [key for key, phase in phases().items() if phase not in ("Succeeded", "Failed")]
+
+    reconciler = Reconciler(kube, Observer(indices, kube), pools, plan_settings)
+    memo.controller = Controller(reconciler, config.workers, config.resync_seconds, live_runs)
+    memo.cleanup = CleanupRunner(kube, pools, plan_settings, config.cleanup_timeout)
+    memo.controller.start()
+    metrics.register_run_phases(phases)
+    metrics.serve(config.metrics_port, config.bind_address)
+    log.info(
+        "dflash-operator started: %s, pools %s, %d workers",
+        "all namespaces" if config.clusterwide else "namespaces " + ",".join(config.namespaces),
+        pools.names(),
+        config.workers,
+    )
+
+
+@kopf.on.cleanup()
+def stop(memo: kopf.Memo, **_: Any) -> None:
+    controller = memo.get("controller")
+    if controller is not None:
+        controller.stop()

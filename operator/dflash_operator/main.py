@@ -1,0 +1,56 @@
+"""Entry point: `dflash-operator [flags]` (or `kopf run -m dflash_operator.main`, configured by
+`DFLASH_*` env). Importing this module registers every kopf handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import kopf
+
+from dflash_operator.config import ConfigError, OperatorConfig, add_flags, load_config
+from dflash_operator.handlers import children, lifecycle, runs
+from dflash_operator.pools import PoolsError, load_pools
+
+HANDLER_MODULES = (children, lifecycle, runs)
+EXIT_BAD_CONFIG = 2
+
+
+def setup_logging(config: OperatorConfig) -> None:
+    """Quiet by default: kopf and the HTTP client only say something when it matters."""
+    log_format = kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.PLAIN
+    kopf.configure(log_format=log_format)
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("dflash_operator").setLevel(config.log_level)
+    for noisy in ("kopf", "kubernetes", "urllib3", "aiohttp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dflash-operator",
+        description="Reconcile DFlashRun resources into a DFlash drafter training pipeline.",
+    )
+    add_flags(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(flags=args)
+        pools = load_pools(config.pools_file)
+    except (ConfigError, PoolsError) as error:
+        print(f"dflash-operator: {error}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    setup_logging(config)
+    kopf.run(
+        clusterwide=config.clusterwide,
+        namespaces=config.namespaces,
+        standalone=True,
+        liveness_endpoint=config.liveness_endpoint,
+        memo=kopf.Memo(config=config, pools=pools),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,133 @@
+"""What the planner sees of a run's children: small frozen summaries of Jobs, PyTorchJobs,
+ConfigMaps and pods (built by `children/kinds.py` from API objects), plus the outcome of
+creations that failed in this pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from dflash_operator.api.constants import Stage
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The answer of every child kind's `finished` predicate."""
+
+    done: bool
+    ok: bool = False
+    message: str = ""
+
+
+RUNNING = Finished(done=False)
+
+
+@dataclass(frozen=True)
+class ChildView:
+    """One child object of the run, reduced to what decisions need."""
+
+    kind: str
+    api_version: str
+    name: str
+    uid: str
+    owner_uid: str | None = None
+    stage: Stage | None = None
+    attempt: int = 1
+    suspended: bool = False
+    finished: Finished = RUNNING
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    failed_indexes: str | None = None
+    config_hash: str | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Termination:
+    """A container's terminated state, as a kubelet reports it."""
+
+    exit_code: int
+    reason: str | None = None
+    message: str | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A pod of a child: where it ran and how its container ended."""
+
+    name: str
+    uid: str
+    owner_name: str
+    stage: Stage | None = None
+    attempt: int = 1
+    index: int | None = None
+    phase: str = "Pending"
+    node_name: str | None = None
+    terminated: Termination | None = None
+    # lastState.terminated: the previous crash of a container restarted in place (OnFailure).
+    last_failure: Termination | None = None
+    restarts: int = 0
+    replica_type: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateFailure:
+    """A child the executor could not create in this pass."""
+
+    kind: str
+    name: str
+    message: str
+    # 400/422: the object itself is refused, trying again cannot help.
+    permanent: bool = False
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the planner knows about the run's children."""
+
+    children: tuple[ChildView, ...] = ()
+    pods: tuple[PodView, ...] = ()
+    create_failures: tuple[CreateFailure, ...] = field(default=())
+
+    def child(self, kind: str, name: str) -> ChildView | None:
+        for child in self.children:
+            if child.kind == kind and child.name == name:
+                return child
+        return None
+
+    def pods_of(self, owner_name: str) -> tuple[PodView, ...]:
+        return tuple(pod for pod in self.pods if pod.owner_name == owner_name)
+
+    def failure(self, kind: str, name: str) -> CreateFailure | None:
+        for failure in self.create_failures:
+            if failure.kind == kind and failure.name == name:
+                return failure
+        return None
+
+    def owned_by(self, uid: str | None) -> Observed:
+        """Only the children owned by the run `uid` (a re-created run ignores its ancestor's)."""
+        if uid is None:
+            return self
+        kept = tuple(c for c in self.children if c.owner_uid in (None, uid))
+        names = {c.name for c in kept}
+        pods = tuple(p for p in self.pods if p.owner_name in names)
+        return replace(self, children=kept, pods=pods)
+
+    def with_children(self, updated: Iterable[ChildView]) -> Observed:
+        """Replace (or add) children by kind and name, e.g. with what the executor created."""
+        by_key = {(c.kind, c.name): c for c in self.children}
+        for child in updated:
+            by_key[(child.kind, child.name)] = child
+        return replace(self, children=tuple(by_key.values()))
+
+    def without_children(self, keys: Iterable[tuple[str, str]]) -> Observed:
+        gone = set(keys)
+        kept = tuple(c for c in self.children if (c.kind, c.name) not in gone)
+        return replace(self, children=kept)
+
+    def with_failures(self, failures: Iterable[CreateFailure]) -> Observed:
+        return replace(self, create_failures=(*self.create_failures, *failures))

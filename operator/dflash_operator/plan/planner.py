@@ -1,0 +1,421 @@
+"""The one pure function that decides: `plan(run, observed children, pools, settings, now)`
+-> actions, new status and events. Level-triggered: the same inputs give the same plan, and
+a plan already carried out asks for nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from pydantic import ValidationError
+
+from dflash_operator.api.constants import (
+    STAGE_CONDITIONS,
+    STAGE_PHASES,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    Reason,
+    Stage,
+    Verdict,
+)
+from dflash_operator.api.naming import MAX_ATTEMPT, check_run_name, child_name
+from dflash_operator.api.resource import RunMetadata
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.status import DFlashRunStatus, format_audit_verdict, format_node_pools
+from dflash_operator.api.validation import SpecError, parse_spec
+from dflash_operator.children.config_map import build_config_map
+from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_run_root
+from dflash_operator.children.rbac import build_trainer_access
+from dflash_operator.plan import outcomes
+from dflash_operator.plan.actions import ApplyConfig, CreateChild, DeleteChild, Plan, SetSuspend
+from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
+from dflash_operator.plan.observed import CreateFailure, Observed
+from dflash_operator.plan.placement import place_stages
+from dflash_operator.plan.requests import (
+    Approval,
+    RetryRequest,
+    find_approval,
+    parse_approvals,
+    parse_retry,
+)
+from dflash_operator.plan.stages import (
+    POOL_COLUMN_NAMES,
+    STAGE_GATES,
+    PlanSettings,
+    StageContext,
+    build_pipeline,
+    build_stage_child,
+    stage_kind,
+)
+from dflash_operator.pools import PoolsConfig
+
+# A child that is still being deleted blocks its name; look again shortly.
+DELETING_RECHECK_SECONDS = 2.0
+_FAILED_REASONS = frozenset(
+    {Reason.STAGE_FAILED.value, Reason.RETRIES_EXHAUSTED.value, Reason.CHILD_CREATE_FAILED.value}
+)
+
+
+class StageState(Enum):
+    DONE = "done"
+    BLOCKED = "blocked"  # a gate failed and nobody approved it
+    FAILED = "failed"
+    PENDING = "pending"  # never started, or a retry asked for a new attempt
+    RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """Everything the planner reads: the run as the API server returned it, and the rest."""
+
+    body: Mapping[str, Any]
+    observed: Observed
+    pools: PoolsConfig
+    settings: PlanSettings
+    now: datetime
+
+
+def parse_status(raw: Any) -> DFlashRunStatus:
+    """The stored status; an unreadable one (hand-edited) is started afresh."""
+    try:
+        return DFlashRunStatus.model_validate(raw or {})
+    except ValidationError:
+        return DFlashRunStatus()
+
+
+def stage_state(draft: Draft, stage: Stage) -> StageState:
+    condition = draft.condition(STAGE_CONDITIONS[stage])
+    if condition is None or condition.reason == Reason.RETRY_REQUESTED.value:
+        return StageState.PENDING
+    if condition.status == ConditionStatus.TRUE:
+        if stage not in STAGE_GATES:
+            return StageState.DONE
+        audit = draft.status.audit
+        result = audit.result(STAGE_GATES[stage]) if audit else None
+        if result is not None and (result.verdict == Verdict.PASS or result.approved):
+            return StageState.DONE
+        return StageState.BLOCKED
+    if condition.reason in _FAILED_REASONS:
+        return StageState.FAILED
+    return StageState.RUNNING
+
+
+def plan(inp: PlanInput) -> Plan:
+    """The next step of one run (see the module docstring)."""
+    meta = RunMetadata.model_validate(inp.body.get("metadata") or {})
+    run = RunRef(meta.name, meta.namespace or "default", meta.uid or "")
+    draft = Draft(
+        parse_status(inp.body.get("status")), generation=meta.generation or 0, now=inp.now
+    )
+    observed = inp.observed.owned_by(meta.uid)
+    retry = parse_retry(meta.annotations, draft.status.retry_token)
+    spec, problem = _parse_spec(inp.body.get("spec"), meta.name)
+
+    if draft.status.phase == Phase.SUCCEEDED or (
+        draft.status.phase == Phase.FAILED and retry is None
+    ):
+        if retry is not None:
+            draft.status.retry_token = retry.token
+            draft.event(
+                Reason.RETRY_REQUESTED, f"Retry {retry.token!r} ignored: the run already succeeded"
+            )
+        if spec is not None:
+            _expire_children(spec, draft, observed)
+        return draft.finish()
+    if retry is not None:
+        draft.status.retry_token = retry.token
+    if draft.status.phase is None:
+        draft.set_phase(Phase.PENDING, Reason.PENDING.message())
+    if spec is None:
+        outcomes.fail_run(draft, Reason.INVALID_SPEC, problem or "the spec is invalid")
+        return draft.finish()
+
+    stages = build_pipeline(spec)
+    placements, errors = place_stages(spec, stages, inp.pools)
+    if errors:
+        outcomes.fail_run(draft, errors[0].reason, "; ".join(e.message for e in errors))
+        return draft.finish()
+    ctx = StageContext(run, spec, build_run_root(spec.storage, run), placements, inp.settings)
+    _initial_conditions(draft, stages)
+    for child in observed.children:
+        if not child.deleting and child.stage is not None:
+            draft.record_child(child)
+    if retry is not None:
+        _apply_retry(ctx, draft, retry, stages, observed)
+    approvals, approval_problems = parse_approvals(meta.annotations)
+    current = _walk(ctx, draft, stages, observed, approvals)
+    if draft.status.phase == Phase.AUDIT_FAILED and approval_problems:
+        draft.status.message = f"{draft.status.message}; ignored: {'; '.join(approval_problems)}"
+    _sync_suspension(ctx, draft, current)
+    draft.status.node_pools = format_node_pools(
+        {POOL_COLUMN_NAMES[s]: placements[s].pool_name for s in stages if s in POOL_COLUMN_NAMES}
+    )
+    draft.status.audit_verdict = format_audit_verdict(draft.status.audit)
+    return draft.finish()
+
+
+def _parse_spec(raw: Any, name: str) -> tuple[DFlashRunSpec | None, str | None]:
+    name_problem = check_run_name(name)
+    try:
+        spec = parse_spec(raw)
+    except SpecError as error:
+        return None, "; ".join(([name_problem] if name_problem else []) + error.problems)
+    return (None, name_problem) if name_problem else (spec, None)
+
+
+def _initial_conditions(draft: Draft, stages: tuple[Stage, ...]) -> None:
+    if draft.condition(ConditionType.SUSPENDED) is None:
+        draft.set_condition(
+            ConditionType.SUSPENDED, ConditionStatus.FALSE, Reason.NOT_SUSPENDED,
+            Reason.NOT_SUSPENDED.message(), announce=False,
+        )  # fmt: skip
+    if draft.condition(ConditionType.DATA_AUDIT_PASSED) is None:
+        first_gate = next(STAGE_GATES[s] for s in stages if s in STAGE_GATES)
+        draft.set_condition(
+            ConditionType.DATA_AUDIT_PASSED, ConditionStatus.UNKNOWN, Reason.AUDIT_PENDING,
+            Reason.AUDIT_PENDING.message(gate=first_gate.value), announce=False,
+        )  # fmt: skip
+
+
+def _walk(
+    ctx: StageContext,
+    draft: Draft,
+    stages: tuple[Stage, ...],
+    observed: Observed,
+    approvals: list[Approval],
+) -> Stage | None:
+    """Advance through the stages; returns the stage the run is in (None once all are done)."""
+    for stage in stages:
+        if stage == Stage.REGEN and not ctx.spec.regeneration.enabled:
+            continue
+        state = stage_state(draft, stage)
+        stepped = state in (StageState.PENDING, StageState.RUNNING)
+        if stepped and not _step(ctx, draft, stage, state, observed):
+            state = stage_state(draft, stage)
+            if state != StageState.BLOCKED:
+                return stage
+        if state == StageState.BLOCKED and not _approve(ctx, draft, stage, approvals):
+            return stage
+        if state == StageState.FAILED:
+            condition = draft.condition(STAGE_CONDITIONS[stage])
+            reason = Reason(condition.reason) if condition else Reason.STAGE_FAILED
+            outcomes.fail_run(draft, reason, condition.message if condition else stage.value)
+            return stage
+    _succeed(draft, ctx.spec.evaluation.enabled)
+    return None
+
+
+def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[Approval]) -> bool:
+    gate = STAGE_GATES[stage]
+    result = draft.status.audit.result(gate) if draft.status.audit else None
+    if result is None:
+        return False
+    if find_approval(approvals, gate, result.observed_generation) is None:
+        draft.set_phase(Phase.AUDIT_FAILED)
+        return False
+    outcomes.approve_gate(ctx, draft, gate, result)
+    return True
+
+
+def _step(
+    ctx: StageContext, draft: Draft, stage: Stage, state: StageState, observed: Observed
+) -> bool:
+    """Move the current stage on; True when it finished successfully in this pass."""
+    kind = stage_kind(ctx.spec, stage).kind
+    attempt = max(draft.attempt(stage) + (1 if state == StageState.PENDING else 0), 1)
+    if attempt > MAX_ATTEMPT:
+        outcomes.fail_run(
+            draft, Reason.STAGE_FAILED,
+            Reason.STAGE_FAILED.message(stage=stage.value, attempt=attempt - 1,
+                                        error=f"no attempts left (at most {MAX_ATTEMPT})"),
+        )  # fmt: skip
+        return False
+    name = child_name(ctx.run.name, stage, attempt)
+    child = observed.child(kind, name)
+    if child is None or child.deleting:
+        if child is not None:
+            draft.requeue(DELETING_RECHECK_SECONDS)
+            draft.set_phase(STAGE_PHASES[stage], f"waiting for the old {kind} {name} to be deleted")
+            return False
+        _start(ctx, draft, stage, attempt, kind, name, observed)
+        return False
+    draft.set_attempt(stage, attempt)
+    if draft.status.start_time is None:
+        draft.status.start_time = draft.now
+    pods = observed.pods_of(name)
+    if not child.finished.done:
+        if child.suspended != ctx.spec.suspend:
+            draft.act(SetSuspend(kind, name, ctx.spec.suspend))
+        outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
+        return False
+    if child.finished.ok and stage not in STAGE_GATES:
+        return outcomes.record_success(ctx, draft, stage, attempt, child, pods)
+    if stage in STAGE_GATES:
+        return outcomes.record_audit(ctx, draft, stage, attempt, child, pods)
+    outcomes.record_failure(ctx, draft, stage, attempt, child, pods)
+    return False
+
+
+def _start(
+    ctx: StageContext,
+    draft: Draft,
+    stage: Stage,
+    attempt: int,
+    kind: str,
+    name: str,
+    observed: Observed,
+) -> None:
+    """Create the stage's child (after its config and, for training, its identity)."""
+    config = build_config_map(ctx.run, ctx.spec, ctx.run_root)
+    access = build_trainer_access(ctx.run) if stage == Stage.TRAIN else []
+    wanted = [("ConfigMap", config["metadata"]["name"])]
+    wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]
+    for failed_kind, failed_name in wanted:
+        failure = observed.failure(failed_kind, failed_name)
+        if failure is not None:
+            _report_create_failure(draft, stage, failure)
+            return
+    draft.set_phase(STAGE_PHASES[stage], f"creating {kind} {name}")
+    if ctx.spec.suspend:
+        return
+    current_config = observed.child("ConfigMap", config["metadata"]["name"])
+    wanted_hash = config["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+    if current_config is None or current_config.config_hash != wanted_hash:
+        draft.act(ApplyConfig(config))
+    for manifest in access:
+        child_kind, child_name_ = manifest["kind"], manifest["metadata"]["name"]
+        if (
+            draft.recorded(child_kind, child_name_) is None
+            and observed.child(child_kind, child_name_) is None
+        ):
+            draft.act(CreateChild(manifest, Stage.TRAIN))
+    draft.act(CreateChild(build_stage_child(ctx, stage, attempt, suspend=False), stage, attempt))
+
+
+def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -> None:
+    message = Reason.CHILD_CREATE_FAILED.message(
+        kind=failure.kind, name=failure.name, error=failure.message
+    )
+    if failure.permanent:
+        draft.set_condition(
+            STAGE_CONDITIONS[stage],
+            ConditionStatus.FALSE,
+            Reason.CHILD_CREATE_FAILED,
+            message,
+            announce=False,
+        )
+        outcomes.fail_run(draft, Reason.CHILD_CREATE_FAILED, message)
+        return
+    draft.event(Reason.CHILD_CREATE_FAILED, message)
+    draft.set_phase(STAGE_PHASES[stage], message)
+
+
+def _apply_retry(
+    ctx: StageContext,
+    draft: Draft,
+    retry: RetryRequest,
+    stages: tuple[Stage, ...],
+    observed: Observed,
+) -> None:
+    """Reset the named (or current) stage and everything after it; stop what still runs."""
+    active = [s for s in stages if not (s == Stage.REGEN and not ctx.spec.regeneration.enabled)]
+    current = next((s for s in active if stage_state(draft, s) != StageState.DONE), None)
+    if current is None:
+        return
+    target = current
+    if retry.stage in active and active.index(retry.stage) <= active.index(current):
+        target = retry.stage
+    reset_gate = False
+    for stage in active[active.index(target) :]:
+        kind = stage_kind(ctx.spec, stage).kind
+        attempt = draft.attempt(stage)
+        if attempt:
+            old = observed.child(kind, child_name(ctx.run.name, stage, attempt))
+            if old is not None and not old.finished.done and not old.deleting:
+                draft.act(DeleteChild(kind, old.name))
+        if stage in STAGE_GATES and draft.condition(STAGE_CONDITIONS[stage]) is not None:
+            outcomes.clear_audit(draft, STAGE_GATES[stage])
+            reset_gate = True
+        if stage == target:
+            message = Reason.RETRY_REQUESTED.message(
+                stage=stage.value, token=retry.token, attempt=attempt + 1
+            )
+            draft.set_condition(
+                STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.RETRY_REQUESTED, message
+            )
+            draft.status.message = message
+        else:
+            draft.remove_condition(STAGE_CONDITIONS[stage])
+    if reset_gate:
+        draft.set_condition(
+            ConditionType.DATA_AUDIT_PASSED, ConditionStatus.UNKNOWN, Reason.RETRY_REQUESTED,
+            draft.status.message or "", announce=False,
+        )  # fmt: skip
+    if draft.status.phase == Phase.FAILED:
+        draft.set_condition(
+            ConditionType.FAILED, ConditionStatus.FALSE, Reason.RETRY_REQUESTED,
+            draft.status.message or "", announce=False,
+        )  # fmt: skip
+        draft.status.completion_time = None
+        draft.set_phase(STAGE_PHASES[target])
+
+
+def _succeed(draft: Draft, evaluated: bool) -> None:
+    acceptance = draft.status.acceptance_length
+    if acceptance is not None:
+        shown = f"{acceptance:.2f}"
+    else:
+        shown = (
+            "not in the evaluation result" if evaluated else "not measured (evaluation disabled)"
+        )
+    message = Reason.SUCCEEDED.message(
+        drafter_uri=draft.status.drafter_uri or "?", acceptance_length=shown
+    )
+    draft.set_condition(ConditionType.SUCCEEDED, ConditionStatus.TRUE, Reason.SUCCEEDED, message)
+    draft.set_phase(Phase.SUCCEEDED, message)
+    draft.status.completion_time = draft.now
+    draft.status.progress = f"acceptance {acceptance:.2f}" if acceptance is not None else "done"
+
+
+def _sync_suspension(ctx: StageContext, draft: Draft, current: Stage | None) -> None:
+    if draft.status.phase is not None and draft.status.phase.is_terminal():
+        return
+    label = current.value if current else "the run"
+    condition = draft.condition(ConditionType.SUSPENDED)
+    if ctx.spec.suspend:
+        message = Reason.SUSPENDED.message(stage=label)
+        draft.set_condition(
+            ConditionType.SUSPENDED, ConditionStatus.TRUE, Reason.SUSPENDED, message
+        )
+        draft.set_phase(Phase.SUSPENDED, message)
+    elif condition is not None and condition.status == ConditionStatus.TRUE:
+        draft.set_condition(
+            ConditionType.SUSPENDED, ConditionStatus.FALSE, Reason.RESUMED,
+            Reason.RESUMED.message(stage=label),
+        )  # fmt: skip
+        checkpoint = draft.status.checkpoint
+        if current == Stage.TRAIN and checkpoint is not None and checkpoint.uri:
+            draft.event(
+                Reason.TRAINING_RESUMED,
+                Reason.TRAINING_RESUMED.message(uri=checkpoint.uri, step=checkpoint.step),
+            )
+
+
+def _expire_children(spec: DFlashRunSpec, draft: Draft, observed: Observed) -> None:
+    """ttlSecondsAfterFinished: delete the finished run's workloads once it expires."""
+    ttl = spec.ttl_seconds_after_finished
+    done_at = draft.status.completion_time
+    if ttl is None or done_at is None:
+        return
+    due = done_at + timedelta(seconds=ttl)
+    if draft.now < due:
+        draft.requeue((due - draft.now).total_seconds())
+        return
+    for child in observed.children:
+        if child.kind in WORKLOAD_KINDS and not child.deleting:
+            draft.act(DeleteChild(child.kind, child.name))

@@ -1,0 +1,136 @@
+"""The pipeline: which stages a run has, in order, what child kind each runs as, and the
+manifest of a stage's child for one attempt (dispatching to the `children/` builders).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflash_operator.api.constants import GATE_STAGES, Gate, Stage
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.children import jobs
+from dflash_operator.children.kinds import JOB, ChildKind
+from dflash_operator.children.launchers import LAUNCHERS
+from dflash_operator.children.meta import RunRef
+from dflash_operator.children.pod import PodContext, PodSettings
+from dflash_operator.children.rbac import trainer_account_name
+from dflash_operator.config import (
+    DEFAULT_REGEN_IMAGE,
+    DEFAULT_STAGE_BACKOFF_LIMIT,
+    DEFAULT_TRAINER_IMAGE,
+)
+from dflash_operator.plan.placement import Placement
+
+STAGE_GATES: dict[Stage, Gate] = {stage: gate for gate, stage in GATE_STAGES.items()}
+# Short stage names for the Pools column ("regen=b200 train=rtx-pro-6000").
+POOL_COLUMN_NAMES: dict[Stage, str] = {
+    Stage.REGEN: "regen",
+    Stage.AUDIT_COMPLETIONS: "audit",
+    Stage.TOKENIZE: "tokenize",
+    Stage.TRAIN: "train",
+    Stage.EVAL: "eval",
+}
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """Operator-wide settings the planner needs (from `config.OperatorConfig`)."""
+
+    regen_image: str = DEFAULT_REGEN_IMAGE
+    trainer_image: str = DEFAULT_TRAINER_IMAGE
+    stage_backoff_limit: int = DEFAULT_STAGE_BACKOFF_LIMIT
+    pod: PodSettings = field(default_factory=PodSettings)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """One run, resolved: its identity, spec, S3 root and the placement of every stage."""
+
+    run: RunRef
+    spec: DFlashRunSpec
+    run_root: str
+    placements: dict[Stage, Placement]
+    settings: PlanSettings
+
+
+def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
+    """The stages of a run, in order: regeneration and evaluation can be switched off."""
+    stages = [Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE, Stage.AUDIT_TOKENS, Stage.TRAIN]
+    if spec.regeneration.enabled:
+        stages.insert(0, Stage.REGEN)
+    if spec.evaluation.enabled:
+        stages.append(Stage.EVAL)
+    return tuple(stages)
+
+
+def stage_kind(spec: DFlashRunSpec, stage: Stage) -> ChildKind:
+    if stage == Stage.TRAIN:
+        return LAUNCHERS[spec.training.launcher].kind
+    return JOB
+
+
+def stage_image(ctx: StageContext, stage: Stage) -> str:
+    spec, settings = ctx.spec, ctx.settings
+    if stage == Stage.REGEN:
+        return spec.regeneration.image or settings.regen_image
+    if stage == Stage.TRAIN:
+        return spec.training.image or settings.trainer_image
+    if stage == Stage.EVAL:
+        return spec.evaluation.image or settings.trainer_image
+    return settings.trainer_image
+
+
+def stage_retry_limit(ctx: StageContext, stage: Stage) -> int:
+    """Retries of a stage's child before it fails (per shard for regeneration)."""
+    if stage == Stage.REGEN:
+        return ctx.spec.regeneration.retries_per_shard
+    if stage == Stage.TRAIN:
+        return ctx.spec.training.max_restarts
+    return ctx.settings.stage_backoff_limit
+
+
+def pod_context(ctx: StageContext, stage: Stage, attempt: int | None) -> PodContext:
+    extra_env: dict[str, str] = {}
+    service_account = None
+    if stage == Stage.TRAIN:
+        # The trainer patches its own run's status (data-contracts section 6).
+        extra_env = {"DFLASH_RUN_NAME": ctx.run.name, "DFLASH_RUN_NAMESPACE": ctx.run.namespace}
+        service_account = trainer_account_name(ctx.run.name)
+    return PodContext(
+        run=ctx.run,
+        spec=ctx.spec,
+        stage=stage,
+        attempt=attempt,
+        placement=ctx.placements[stage],
+        image=stage_image(ctx, stage),
+        settings=ctx.settings.pod,
+        service_account=service_account,
+        extra_env=extra_env,
+    )
+
+
+def build_stage_child(
+    ctx: StageContext, stage: Stage, attempt: int, suspend: bool
+) -> dict[str, Any]:
+    """The manifest of `stage`'s child for `attempt` (named `<run>-<stage>[-<attempt>]`)."""
+    pod = pod_context(ctx, stage, attempt)
+    limit = ctx.settings.stage_backoff_limit
+    if stage == Stage.REGEN:
+        return jobs.build_regen_job(pod, ctx.run_root, suspend)
+    if stage in STAGE_GATES:
+        return jobs.build_audit_job(pod, STAGE_GATES[stage], ctx.run_root, limit, suspend)
+    if stage == Stage.TOKENIZE:
+        return jobs.build_tokenize_job(pod, ctx.run_root, limit, suspend)
+    if stage == Stage.TRAIN:
+        launcher = LAUNCHERS[ctx.spec.training.launcher]
+        return launcher.build(pod, ctx.run_root, ctx.spec.training.max_restarts, suspend)
+    if stage == Stage.EVAL:
+        return jobs.build_eval_job(pod, ctx.run_root, limit, suspend)
+    raise ValueError(f"stage {stage.value!r} has no pipeline child")
+
+
+def build_cleanup_child(ctx: StageContext) -> dict[str, Any]:
+    """The S3 cleanup Job run under the finalizer when a run with cleanupPolicy Delete goes."""
+    pod = pod_context(ctx, Stage.CLEANUP, None)
+    return jobs.build_cleanup_job(pod, ctx.run_root, ctx.settings.stage_backoff_limit)

@@ -1,0 +1,170 @@
+"""Node pools: the operator's named placement profiles (selectors, tolerations, GPUs per node,
+extra resources, /dev/shm, env, labels), loaded from the YAML file the chart mounts.
+
+Which pool each stage of a run uses, and whether the run fits it, is decided in
+`plan/placement.py`; turning a pool into pod fields is `children/pod.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from dflash_operator.api.base import DNS_LABEL_PATTERN, QUANTITY_PATTERN
+from dflash_operator.api.spec_training import GPU_RESOURCE
+
+# Resource names and label keys: a DNS-subdomain prefix, '/', and a name.
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The largest GPU count of one machine we have heard of is 16; 64 leaves room.
+MAX_GPUS_PER_NODE = 64
+
+Quantity = int | str
+
+
+class PoolModel(BaseModel):
+    """camelCase in YAML, unknown keys are mistakes."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Toleration(PoolModel):
+    """A `v1.Toleration`."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class NodePool(PoolModel):
+    """Where and how a stage's pods run."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # A raw `v1.Affinity`, copied into pods as is.
+    affinity: dict[str, Any] | None = None
+    gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
+    gpu_resource: str = Field(default=GPU_RESOURCE, pattern=QUALIFIED_NAME_PATTERN)
+    # Requested (and limited) by every GPU pod of the pool, e.g. {rdma/ib: 1}.
+    extra_resources: dict[str, Quantity] = Field(default_factory=dict)
+    # Memory-backed /dev/shm size limit for NCCL; None: bounded only by the pod's memory.
+    shm_size: str | None = Field(default=None, pattern=QUANTITY_PATTERN)
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    scheduler_name: str | None = None
+    # Linux capabilities GPU pods need on this pool, e.g. IPC_LOCK for RDMA.
+    add_capabilities: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_names(self) -> NodePool:
+        for resource in self.extra_resources:
+            if not re.fullmatch(QUALIFIED_NAME_PATTERN, resource):
+                raise ValueError(f"extraResources key {resource!r} is not a resource name")
+            if resource == self.gpu_resource:
+                raise ValueError(
+                    f"extraResources may not contain {resource!r}: GPUs come from gpusPerNode"
+                )
+        for name in self.env:
+            if not re.fullmatch(ENV_NAME_PATTERN, name):
+                raise ValueError(f"env name {name!r} is not a valid environment variable name")
+        for key in (*self.labels, *self.annotations, *self.node_selector):
+            if not re.fullmatch(QUALIFIED_NAME_PATTERN, key):
+                raise ValueError(f"{key!r} is not a valid label or annotation key")
+        return self
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus_per_node > 0
+
+
+class StageDefaults(PoolModel):
+    """The pool of each stage when the run does not name one."""
+
+    regeneration: str
+    audit: str
+    tokenization: str
+    training: str
+    # Unset: the training pool (evaluation serves the same target).
+    evaluation: str | None = None
+    # Unset: the audit pool (cleanup only talks to S3).
+    cleanup: str | None = None
+
+
+class PoolsConfig(PoolModel):
+    """The whole pools file: `nodePools` and `defaults`."""
+
+    node_pools: dict[str, NodePool] = Field(min_length=1)
+    defaults: StageDefaults
+
+    @model_validator(mode="after")
+    def _check_references(self) -> PoolsConfig:
+        for name in self.node_pools:
+            if not re.fullmatch(DNS_LABEL_PATTERN, name):
+                raise ValueError(
+                    f"nodePools key {name!r} is not a pool name (lowercase letters, digits, '-')"
+                )
+        for stage, pool in self.defaults.model_dump(exclude_none=True).items():
+            if pool not in self.node_pools:
+                raise ValueError(
+                    f"defaults.{stage}={pool!r} is not a configured pool; configured pools: "
+                    f"{', '.join(sorted(self.node_pools))}"
+                )
+        return self
+
+    def names(self) -> str:
+        return ", ".join(sorted(self.node_pools))
+
+
+class PoolsError(ValueError):
+    """The pools file is missing or wrong: names the file, the key and the value."""
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors(include_url=False):
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] in {"value_error", "assertion_error"}:
+            lines.append(f"{path}: {message}")
+        else:
+            lines.append(f"{path}={item.get('input')!r} is not accepted: {message}")
+    return "; ".join(lines)
+
+
+def parse_pools(raw: Any, source: str = "pools") -> PoolsConfig:
+    """Validate a parsed pools document; PoolsError names `source` and each mistake."""
+    try:
+        return PoolsConfig.model_validate(raw)
+    except ValidationError as error:
+        raise PoolsError(f"{source}: {_describe(error)}") from None
+
+
+def load_pools(path: Path) -> PoolsConfig:
+    """Read and validate the pools file at `path`."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise PoolsError(
+            f"cannot read the node pools file {path}: {error.strerror}; set --pools-file or "
+            "DFLASH_POOLS_FILE to the YAML file with nodePools and defaults"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise PoolsError(f"{path} is not valid YAML: {error}") from None
+    return parse_pools(raw, str(path))

@@ -1,0 +1,142 @@
+"""Deleting a run whose `cleanupPolicy` is Delete: run a Job that removes its S3 root, wait for
+it, then let the finalizer go. The finalizer is released even when the Job fails or cannot
+run (with a Warning event), so a run can always be deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dflash_operator.api.constants import Stage
+from dflash_operator.api.naming import child_name
+from dflash_operator.api.validation import SpecError, parse_spec
+from dflash_operator.children.kinds import JOB
+from dflash_operator.children.meta import RunRef, build_run_root
+from dflash_operator.plan.actions import Event
+from dflash_operator.plan.placement import Placement, place_stage
+from dflash_operator.plan.stages import PlanSettings, StageContext, build_cleanup_child
+from dflash_operator.pools import PoolsConfig
+from dflash_operator.runtime.events import EventPoster
+from dflash_operator.runtime.kube import Kube, KubeError
+
+log = logging.getLogger(__name__)
+# How often the delete handler looks at the cleanup Job again.
+CLEANUP_POLL_SECONDS = 5.0
+REASON_CLEANUP_STARTED = "CleanupStarted"
+REASON_CLEANED = "ArtifactsDeleted"
+REASON_CLEANUP_FAILED = "CleanupFailed"
+
+
+class CleanupPendingError(Exception):
+    """The cleanup Job has not finished: ask again after `delay` seconds."""
+
+    def __init__(self, message: str, delay: float = CLEANUP_POLL_SECONDS) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+def _deletion_time(body: Mapping[str, Any]) -> datetime | None:
+    raw = (body.get("metadata") or {}).get("deletionTimestamp")
+    if not raw:
+        return None
+    return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+class CleanupRunner:
+    def __init__(
+        self,
+        kube: Kube,
+        pools: PoolsConfig,
+        settings: PlanSettings,
+        timeout: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.kube = kube
+        self.pools = pools
+        self.settings = settings
+        self.timeout = timeout
+        self.events = EventPoster(kube)
+        self.clock = clock
+
+    def _release(self, run: RunRef, type_: str, reason: str, message: str) -> None:
+        log.info("%s: %s (finalizer released)", run.key, message)
+        event = Event("Warning" if type_ == "Warning" else "Normal", reason, message)
+        self.events.post(run, [event], self.clock())
+
+    def run(self, body: Mapping[str, Any]) -> None:
+        """Returns when the finalizer may go; raises CleanupPendingError while the Job runs."""
+        meta = body.get("metadata") or {}
+        run = RunRef(str(meta.get("name")), str(meta.get("namespace")), str(meta.get("uid")))
+        try:
+            spec = parse_spec(body.get("spec"))
+        except SpecError as error:
+            self._release(
+                run, "Warning", REASON_CLEANUP_FAILED, f"S3 artifacts not deleted: {error}"
+            )
+            return
+        root = build_run_root(spec.storage, run)
+        name = child_name(run.name, Stage.CLEANUP)
+        job = self.kube.get("Job", run.namespace, name)
+        deleted_at = _deletion_time(body) or self.clock()
+        overdue = self.clock() > deleted_at + timedelta(seconds=self.timeout)
+        if job is None:
+            if overdue:
+                self._release(
+                    run,
+                    "Warning",
+                    REASON_CLEANUP_FAILED,
+                    f"S3 artifacts under {root} not deleted: the cleanup Job did not start within {self.timeout:.0f}s",
+                )
+                return
+            placed = place_stage(spec, Stage.CLEANUP, self.pools)
+            if not isinstance(placed, Placement):
+                self._release(
+                    run,
+                    "Warning",
+                    REASON_CLEANUP_FAILED,
+                    f"S3 artifacts under {root} not deleted: {placed.message}",
+                )
+                return
+            ctx = StageContext(run, spec, root, {Stage.CLEANUP: placed}, self.settings)
+            try:
+                self.kube.create(build_cleanup_child(ctx))
+            except KubeError as error:
+                if not error.conflict:
+                    self._release(
+                        run,
+                        "Warning",
+                        REASON_CLEANUP_FAILED,
+                        f"S3 artifacts under {root} not deleted: could not create Job {name}: {error.message}",
+                    )
+                    return
+            self.events.post(
+                run,
+                [Event("Normal", REASON_CLEANUP_STARTED, f"Job {name} deletes {root}")],
+                self.clock(),
+            )
+            raise CleanupPendingError(f"waiting for Job {name} to delete {root}")
+        finished = JOB.finished(job)
+        if not finished.done:
+            if overdue:
+                self._release(
+                    run,
+                    "Warning",
+                    REASON_CLEANUP_FAILED,
+                    f"Job {name} did not finish within {self.timeout:.0f}s; S3 artifacts under {root} may remain",
+                )
+                return
+            raise CleanupPendingError(f"waiting for Job {name} to delete {root}")
+        if finished.ok:
+            self._release(
+                run, "Normal", REASON_CLEANED, f"S3 artifacts under {root} deleted by Job {name}"
+            )
+        else:
+            self._release(
+                run,
+                "Warning",
+                REASON_CLEANUP_FAILED,
+                f"Job {name} failed ({finished.message}); S3 artifacts under {root} may remain",
+            )

@@ -1,0 +1,198 @@
+"""The operator's only Kubernetes client: plain JSON over the official (sync) client, with a
+timeout on every request, one error type, and a count of requests for `/metrics`.
+
+Secrets are not among the kinds it knows: the operator never reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from dflash_operator import metrics
+from dflash_operator.api.constants import GROUP, PLURAL, VERSION
+
+USER_AGENT = "dflash-operator/0.1.0"
+MERGE_PATCH = "application/merge-patch+json"
+# The API server's status codes that mean "the object you sent is wrong".
+PERMANENT_CODES = frozenset({400, 422})
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        if name:
+            path += f"/{name}"
+        if sub:
+            path += f"/{sub}"
+        return path
+
+
+RESOURCES: dict[str, Resource] = {
+    "DFlashRun": Resource(GROUP, VERSION, PLURAL),
+    "Job": Resource("batch", "v1", "jobs"),
+    "PyTorchJob": Resource("kubeflow.org", "v1", "pytorchjobs"),
+    "ConfigMap": Resource("", "v1", "configmaps"),
+    "Pod": Resource("", "v1", "pods"),
+    "Event": Resource("", "v1", "events"),
+    "ServiceAccount": Resource("", "v1", "serviceaccounts"),
+    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+}
+
+
+class KubeError(Exception):
+    """An API request that failed: HTTP status (0 for no answer), reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{status} {reason}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def permanent(self) -> bool:
+        return self.status in PERMANENT_CODES
+
+
+def _error(exc: ApiException) -> KubeError:
+    message = exc.reason or ""
+    reason = exc.reason or "Error"
+    try:
+        body = json.loads(exc.body or "{}")
+        message = body.get("message") or message
+        reason = body.get("reason") or reason
+    except (ValueError, TypeError):
+        pass
+    return KubeError(int(exc.status or 0), str(reason), str(message))
+
+
+def load_api_client(kubeconfig: str | None = None, pool_size: int = 8) -> client.ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
+    api = client.ApiClient(configuration)
+    api.user_agent = USER_AGENT
+    return api
+
+
+class Kube:
+    """Thin, thread-safe JSON calls; every one bounded by (connect, read) timeouts."""
+
+    def __init__(self, api: client.ApiClient, connect_timeout: float, read_timeout: float) -> None:
+        self.api = api
+        self.timeout = (connect_timeout, read_timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        kind: str = "",
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response = self.api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except ApiException as exc:
+            metrics.API_REQUESTS.labels(method, kind, str(exc.status)).inc()
+            raise _error(exc) from None
+        except HTTPError as exc:
+            metrics.API_REQUESTS.labels(method, kind, "0").inc()
+            raise KubeError(0, "NoResponse", str(exc)) from None
+        metrics.API_REQUESTS.labels(method, kind, str(response.status)).inc()
+        data = response.data
+        return json.loads(data) if data else {}
+
+    # --- objects ---------------------------------------------------------------------------
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", RESOURCES[kind].path(namespace, name), kind=kind)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        kind = str(manifest["kind"])
+        namespace = str(manifest["metadata"]["namespace"])
+        return self.request("POST", RESOURCES[kind].path(namespace), dict(manifest), kind=kind)
+
+    def patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], sub: str | None = None
+    ) -> dict[str, Any]:
+        path = RESOURCES[kind].path(namespace, name, sub)
+        return self.request("PATCH", path, dict(patch), content_type=MERGE_PATCH, kind=kind)
+
+    def replace(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        kind = str(manifest["kind"])
+        meta = manifest["metadata"]
+        path = RESOURCES[kind].path(str(meta["namespace"]), str(meta["name"]))
+        return self.request("PUT", path, dict(manifest), kind=kind)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self.request("DELETE", RESOURCES[kind].path(namespace, name), body, kind=kind)
+        except KubeError as error:
+            if not error.not_found:
+                raise
+
+    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        path = RESOURCES[kind].path(namespace)
+        answer = self.request("GET", path, query={"labelSelector": label_selector}, kind=kind)
+        items: list[dict[str, Any]] = answer.get("items") or []
+        for item in items:
+            # Lists leave kind/apiVersion out of their items.
+            item.setdefault("kind", kind)
+        return items
+
+    # --- the run -------------------------------------------------------------------------------
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get("DFlashRun", namespace, name)
+
+    def patch_run_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self.patch("DFlashRun", namespace, name, {"status": dict(status)}, sub="status")
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self.request("POST", RESOURCES["Event"].path(namespace), dict(event), kind="Event")

@@ -1,0 +1,85 @@
+"""What a reconcile sees of a run's children: the in-memory indexes kopf keeps from its
+watches (no API request), plus one direct pod listing when a child has just finished and its
+pods' results have not reached the index yet (watch streams are not ordered across kinds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+from dflash_operator.api.constants import (
+    LABEL_MANAGED_BY,
+    LABEL_RUN,
+    MANAGED_BY,
+    STAGE_CONDITIONS,
+    Reason,
+)
+from dflash_operator.api.status import DFlashRunStatus
+from dflash_operator.children.kinds import summarize_pod
+from dflash_operator.plan.draft import WORKLOAD_KINDS
+from dflash_operator.plan.observed import ChildView, Observed, PodView
+from dflash_operator.runtime.kube import Kube
+
+T = TypeVar("T")
+RunKey = tuple[str, str]
+# Index names: the names of the index functions in handlers/indexes.py.
+CHILD_INDEXES = ("dflash_jobs", "dflash_pytorchjobs", "dflash_configmaps")
+POD_INDEX = "dflash_pods"
+# Iterating an index while kopf's event loop updates it may raise; a few tries suffice.
+SNAPSHOT_TRIES = 5
+_IN_PROGRESS = frozenset({Reason.STAGE_RUNNING.value, Reason.RETRY_REQUESTED.value})
+
+
+class Indices(Protocol):
+    def __getitem__(self, name: str) -> Mapping[RunKey, Iterable[Any]]: ...
+
+
+def snapshot(read: Callable[[], Iterable[T]]) -> tuple[T, ...]:
+    """A copy of a live collection; retried if it changed while being copied."""
+    for _ in range(SNAPSHOT_TRIES - 1):
+        try:
+            return tuple(read())
+        except RuntimeError:
+            continue
+    return tuple(read())
+
+
+def _pods_missing(
+    status: DFlashRunStatus, children: Iterable[ChildView], pods: Iterable[PodView]
+) -> bool:
+    """A finished child of the current attempt whose results the index has not shown yet."""
+    finished_pods = {pod.owner_name for pod in pods if pod.terminated is not None}
+    for child in children:
+        if child.kind not in WORKLOAD_KINDS or child.stage not in STAGE_CONDITIONS:
+            continue
+        if not child.finished.done or child.name in finished_pods:
+            continue
+        condition = status.condition(STAGE_CONDITIONS[child.stage])
+        if condition is None or condition.reason in _IN_PROGRESS:
+            return True
+    return False
+
+
+class Observer:
+    """Builds `Observed` for a run from the indexes (and, rarely, one pod listing)."""
+
+    def __init__(self, indices: Indices, kube: Kube) -> None:
+        self.indices = indices
+        self.kube = kube
+
+    def _index(self, name: str, key: RunKey) -> tuple[Any, ...]:
+        index = self.indices[name]
+        return snapshot(lambda: index.get(key, ()) if hasattr(index, "get") else ())
+
+    def observe(self, namespace: str, run: str, status: DFlashRunStatus) -> Observed:
+        key = (namespace, run)
+        children: list[ChildView] = []
+        for name in CHILD_INDEXES:
+            children.extend(v for v in self._index(name, key) if isinstance(v, ChildView))
+        pods = [p for p in self._index(POD_INDEX, key) if isinstance(p, PodView)]
+        if _pods_missing(status, children, pods):
+            selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run}"
+            listed = (summarize_pod(body) for body in self.kube.list("Pod", namespace, selector))
+            pods = [pod for pod in listed if pod is not None]
+        return Observed(children=tuple(children), pods=tuple(pods))
