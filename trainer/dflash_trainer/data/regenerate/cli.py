@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--max-num-seqs", type=int, default=512)
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--enforce-eager", action="store_true", help="vllm: skip CUDA graph capture")
     p.add_argument("--batch-size", type=int, default=16, help="transformers engine batch")
     p.add_argument("--threads", type=int, help="transformers engine CPU threads")
     p.add_argument(
@@ -141,6 +142,7 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.max_num_seqs,
         dtype=args.dtype,
+        enforce_eager=args.enforce_eager,
     )
     return VllmEngine(settings, sampling, target.ids.end_of_turn)
 
