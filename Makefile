@@ -44,6 +44,10 @@ cluster-down: ## stop it and delete its state
 kubeconfig: ## print the kubeconfig path: export KUBECONFIG=$$(make -s kubeconfig)
 	@echo $(DFLASH_STATE_DIR)/cluster/kubeconfig
 
+.PHONY: operator
+operator: cluster-up ## run the operator in the foreground on the local cluster, with the chart's RBAC
+	@$(PY) -m dflash_dev.operator_local $(OPERATOR_ARGS)
+
 .PHONY: s3-up
 s3-up: venv ## start the S3 server (SeaweedFS) on loopback
 	@$(PY) -m dflash_dev s3-up

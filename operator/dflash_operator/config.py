@@ -36,8 +36,8 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_STAGE_BACKOFF_LIMIT = 2
 # How long deletion waits for the S3 cleanup Job before releasing the finalizer anyway.
 DEFAULT_CLEANUP_TIMEOUT = 1800.0
-# The uid stage containers run as (the images declare the same non-root user).
-DEFAULT_RUN_AS_USER = 1000
+# The uid stage containers run as: the images' non-root user (docs/images.md).
+DEFAULT_RUN_AS_USER = 65532
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 LogFormat = Literal["text", "json"]

@@ -12,6 +12,8 @@ from dflash_operator.api.constants import Gate
 from dflash_operator.api.spec import DFlashRunSpec
 
 PYTHON = "python"
+# The regen image is vLLM's, whose interpreter is python3 (docs/images.md).
+REGEN_PYTHON = "python3"
 CONFIG_DIR = "/etc/dflash"
 SOURCES_FILE = f"{CONFIG_DIR}/sources.yaml"
 THRESHOLDS_FILE = f"{CONFIG_DIR}/thresholds.yaml"
@@ -19,8 +21,6 @@ TRAIN_FILE = f"{CONFIG_DIR}/train.yaml"
 EVAL_FILE = f"{CONFIG_DIR}/eval.yaml"
 CHAT_TEMPLATE_FILE = f"{CONFIG_DIR}/chat_template.jinja"
 TERMINATION_LOG = "/dev/termination-log"
-# Indexed Jobs put the shard number in this variable; `$(...)` is expanded by the kubelet.
-SHARD_INDEX_REF = "$(JOB_COMPLETION_INDEX)"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"
 
@@ -37,8 +37,8 @@ def to_local(uri: str) -> str:
     return uri
 
 
-def _flag(enabled: bool, name: str) -> str:
-    return f"--{name}" if enabled else f"--no-{name}"
+def _thinking(enabled: bool) -> str:
+    return "--enable-thinking" if enabled else "--no-enable-thinking"
 
 
 def _model_args(spec: DFlashRunSpec) -> list[str]:
@@ -50,44 +50,52 @@ def _model_args(spec: DFlashRunSpec) -> list[str]:
     return args
 
 
+def _engine_args(spec: DFlashRunSpec) -> list[str]:
+    """Typed vLLM settings as the stage's own flags; the rest as --engine-arg key=value."""
+    engine = spec.regeneration.engine_args
+    if engine is None:
+        return []
+    args = ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    if engine.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(engine.max_num_seqs)]
+    if engine.enforce_eager:
+        args.append("--enforce-eager")
+    passthrough: dict[str, str] = {}
+    if engine.max_num_batched_tokens is not None:
+        passthrough["max-num-batched-tokens"] = str(engine.max_num_batched_tokens)
+    if engine.enable_prefix_caching is not None:
+        passthrough["enable-prefix-caching"] = str(engine.enable_prefix_caching).lower()
+    if engine.kv_cache_dtype is not None:
+        passthrough["kv-cache-dtype"] = engine.kv_cache_dtype.value
+    passthrough.update(engine.extra or {})
+    for key, value in sorted(passthrough.items()):
+        args += ["--engine-arg", escape(f"{key}={value}")]
+    return args
+
+
 def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
-    """One shard (the Job completion index) of `python -m dflash_trainer.data.regenerate`."""
+    """One shard of `python -m dflash_trainer.data.regenerate`; the stage reads its shard
+    number from JOB_COMPLETION_INDEX (set by the Indexed Job)."""
     regen = spec.regeneration
-    args = [
-        PYTHON, "-m", "dflash_trainer.data.regenerate",
+    return [
+        REGEN_PYTHON, "-m", "dflash_trainer.data.regenerate",
         "--run-root", escape(run_root),
         "--sources", SOURCES_FILE,
         *_model_args(spec),
         "--dtype", spec.target.dtype.value,
-        _flag(spec.target.thinking, "thinking"),
+        _thinking(spec.target.thinking),
         "--engine", regen.engine.value,
-        "--shard", SHARD_INDEX_REF,
         "--shards", str(regen.shards),
-        "--max-new-tokens", str(regen.max_new_tokens),
+        "--max-tokens", str(regen.max_new_tokens),
         "--temperature", str(regen.temperature),
         "--top-p", str(regen.top_p),
         "--seed", str(regen.seed),
         "--tensor-parallel-size", str(regen.tensor_parallel),
+        *_engine_args(spec),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
-    engine = regen.engine_args
-    if engine is not None:
-        args += ["--engine-arg", f"gpu-memory-utilization={engine.gpu_memory_utilization}"]
-        typed = {
-            "max-model-len": engine.max_model_len,
-            "max-num-seqs": engine.max_num_seqs,
-            "max-num-batched-tokens": engine.max_num_batched_tokens,
-            "enable-prefix-caching": engine.enable_prefix_caching,
-            "enforce-eager": engine.enforce_eager,
-            "kv-cache-dtype": engine.kv_cache_dtype.value if engine.kv_cache_dtype else None,
-        }
-        for key, value in typed.items():
-            if value is not None:
-                shown = str(value).lower() if isinstance(value, bool) else str(value)
-                args += ["--engine-arg", f"{key}={shown}"]
-        for key, value in sorted((engine.extra or {}).items()):
-            args += ["--engine-arg", escape(f"{key}={value}")]
-    return args
 
 
 def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
@@ -100,6 +108,7 @@ def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str
         *_model_args(spec),
         "--block-size", str(spec.drafter.block_size),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
+        *([] if spec.target.thinking else ["--no-thinking"]),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 
@@ -110,7 +119,7 @@ def build_tokenize_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
         PYTHON, "-m", "dflash_trainer.data.tokenize",
         "--run-root", escape(run_root),
         *_model_args(spec),
-        _flag(spec.target.thinking, "thinking"),
+        _thinking(spec.target.thinking),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip

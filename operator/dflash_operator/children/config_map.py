@@ -20,6 +20,8 @@ from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_
 
 # The trainer patches status at most this often (data-contracts section 6).
 PROGRESS_PATCH_SECONDS = 30
+# The evaluation needs at least the bonus token and one drafted token per prompt.
+MIN_EVAL_NEW_TOKENS = 2
 _STRATEGIES = {Strategy.DDP: "ddp", Strategy.FSDP: "fsdp2"}
 # spec.audit keys that are not thresholds.
 _AUDIT_NON_THRESHOLDS = {"nodePool", "prompts", "completions", "tokens"}
@@ -89,37 +91,33 @@ def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
     }
 
 
-def build_eval_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
+def build_eval_file(spec: DFlashRunSpec, run_root: str, on_gpus: bool) -> dict[str, Any]:
+    """The evaluation's config (`dflash_trainer/eval/config.py`): target, drafter, prompts."""
     evaluation = spec.evaluation
-    out: dict[str, Any] = {
+    return {
         "run_root": run_root,
         "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
         "drafter_uri": f"{run_root}/final",
-        "max_prompts": evaluation.max_prompts,
-        "max_new_tokens": evaluation.max_new_tokens,
-        "temperature": evaluation.temperature,
-        "block_size": spec.drafter.block_size,
-        "thinking": spec.target.thinking,
+        "prompts": {"num_prompts": evaluation.max_prompts},
+        "max_new_tokens": max(evaluation.max_new_tokens, MIN_EVAL_NEW_TOKENS),
+        # vLLM on GPU pools; the built-in speculative loop on CPU (tests, demo).
+        "engine": "vllm" if on_gpus else "builtin",
     }
-    if evaluation.prompts is not None:
-        out["prompts"] = {
-            "uri": to_local(evaluation.prompts.uri),
-            "format": evaluation.prompts.format.value,
-        }
-    return out
 
 
 def _dump(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
-def build_config_data(spec: DFlashRunSpec, run_root: str) -> dict[str, str]:
+def build_config_data(
+    spec: DFlashRunSpec, run_root: str, eval_on_gpus: bool = False
+) -> dict[str, str]:
     """File name -> content, exactly as mounted at /etc/dflash."""
     data = {
         "sources.yaml": _dump(build_sources_file(spec)),
         "thresholds.yaml": _dump(build_thresholds_file(spec)),
         "train.yaml": _dump(build_train_file(spec, run_root)),
-        "eval.yaml": _dump(build_eval_file(spec, run_root)),
+        "eval.yaml": _dump(build_eval_file(spec, run_root, eval_on_gpus)),
     }
     if spec.target.chat_template:
         data["chat_template.jinja"] = spec.target.chat_template
@@ -132,8 +130,10 @@ def config_hash(data: dict[str, str]) -> str:
     return digest[:16]
 
 
-def build_config_map(run: RunRef, spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
-    data = build_config_data(spec, run_root)
+def build_config_map(
+    run: RunRef, spec: DFlashRunSpec, run_root: str, eval_on_gpus: bool = False
+) -> dict[str, Any]:
+    data = build_config_data(spec, run_root, eval_on_gpus)
     name = child_name(run.name, Stage.CONFIG)
     return {
         "apiVersion": "v1",

@@ -13,6 +13,7 @@ from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.children.commands import CONFIG_DIR, PVC_ROOT
 from dflash_operator.children.meta import RunRef, build_child_labels
+from dflash_operator.config import DEFAULT_RUN_AS_USER
 from dflash_operator.plan.placement import Placement
 
 TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir of the pod, the only writable path
@@ -35,7 +36,7 @@ class PodSettings:
     """Operator-wide pod settings (from the operator's config)."""
 
     image_pull_policy: str = "IfNotPresent"
-    run_as_user: int = 1000
+    run_as_user: int = DEFAULT_RUN_AS_USER
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,9 @@ def _start(
     observed: Observed,
 ) -> None:
     """Create the stage's child (after its config and, for training, its identity)."""
-    config = build_config_map(ctx.run, ctx.spec, ctx.run_root)
+    eval_placement = ctx.placements.get(Stage.EVAL)
+    on_gpus = eval_placement is not None and eval_placement.gpus > 0
+    config = build_config_map(ctx.run, ctx.spec, ctx.run_root, eval_on_gpus=on_gpus)
     access = build_trainer_access(ctx.run) if stage == Stage.TRAIN else []
     wanted = [("ConfigMap", config["metadata"]["name"])]
     wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]
