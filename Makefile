@@ -112,3 +112,16 @@ images: ## build the operator, trainer and regen images (needs a Docker engine; 
 	  echo "building $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) from images/$$image/Dockerfile"; \
 	  $(DOCKER) build -f images/$$image/Dockerfile -t $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) . || exit 1; \
 	done
+
+# ---------------------------------------------------------------- process executor
+.PHONY: executor-up
+executor-up: cluster-up ## run pods of executor nodes local-0/1 as local processes (idempotent)
+	@$(PY) -m dflash_dev executor-up $(if $(EXECUTOR_NODES),--nodes=$(EXECUTOR_NODES))
+
+.PHONY: executor-down
+executor-down: ## stop the executor: its pods' processes stop, its nodes go NotReady
+	@if [ -x $(PY) ]; then $(PY) -m dflash_dev executor-down; fi
+
+.PHONY: executor-logs
+executor-logs: ## a pod's log: make executor-logs POD=<namespace>/<pod> [FOLLOW=1]; no POD: the executor's own
+	@$(PY) -m dflash_dev executor-logs $(POD) $(if $(FOLLOW),--follow)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from . import cluster, s3server
+from . import cluster, executor_service, s3server
 from .errors import DevError
 
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         ("s3-env", _s3_env, "print export lines for the running S3 server"),
     ):
         sub.add_parser(name, help=text).set_defaults(fn=fn)
+    executor_service.add_commands(sub)
     args = parser.parse_args(argv)
     try:
         args.fn(args)

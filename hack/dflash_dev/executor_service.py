@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from . import cluster, procs
 from .errors import DevError
-from .executor.executor import ready_file
+from .executor.config import ready_file
 from .executor.logs import default_state_dir
 from .paths import venv_bin
 
@@ -90,3 +92,61 @@ def executor_up(nodes: int = 2, extra: tuple[str, ...] = ()) -> dict[str, Any]:
 def executor_down() -> bool:
     """Stop it (its pods' processes get SIGTERM; nodes go NotReady). True if it ran."""
     return procs.stop(default_state_dir(), NAME, grace=procs.STOP_GRACE_SECONDS * 2)
+
+
+# ---------------------------------------------------------------- `dflash-dev executor-*`
+def _up(args: argparse.Namespace) -> None:
+    status = executor_up(args.nodes, tuple(args.extra))
+    print(f"executor up (pid {status['pid']}): nodes {', '.join(status['nodes'])}")
+    print("  pods run there when they tolerate dflash.dev/executor=local:NoSchedule and select")
+    print("  dflash.dev/node-pool=local; read a pod's log: make executor-logs POD=<ns>/<pod>")
+
+
+def _down(_: argparse.Namespace) -> None:
+    print("executor stopped" if executor_down() else "executor was not running")
+
+
+def _status(_: argparse.Namespace) -> None:
+    status = executor_status()
+    if status is None:
+        print("executor: down")
+        sys.exit(1)
+    print(f"executor: up (pid {status['pid']}), nodes {', '.join(status['nodes'])}")
+    print(f"  state {status['state_dir']}, its own log {status['log']}")
+
+
+def _logs(args: argparse.Namespace) -> None:
+    if args.pod is None:
+        tracked = procs.read_tracked(default_state_dir(), NAME)
+        if tracked is None:
+            raise DevError("the executor has not run here: start it with `make executor-up`")
+        print(procs.tail(tracked.log, args.lines))
+        return
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        raise DevError(f"POD {args.pod!r}: expected <namespace>/<pod>")
+    from .executor.__main__ import main as executor_cli
+
+    argv = [f"{namespace}/{name}", *(["--follow"] if args.follow else [])]
+    executor_cli(["logs", *argv, f"--state-dir={default_state_dir()}"])
+
+
+def add_commands(sub: Any) -> None:
+    """Register executor-up/down/status/logs on the `dflash-dev` argument parser."""
+    up = sub.add_parser("executor-up", help="start the process executor (idempotent)")
+    up.add_argument("--nodes", type=int, default=2, help="executor nodes local-0..N-1")
+    up.add_argument("extra", nargs="*", help="more `python -m dflash_dev.executor` flags after --")
+    up.set_defaults(fn=_up)
+    sub.add_parser(
+        "executor-down", help="stop it: pods' processes stop, nodes go NotReady"
+    ).set_defaults(fn=_down)
+    sub.add_parser("executor-status", help="exit 0 when it runs; print its nodes").set_defaults(
+        fn=_status
+    )
+    logs = sub.add_parser(
+        "executor-logs", help="a pod's log (<namespace>/<pod>), or the executor's own"
+    )
+    logs.add_argument("pod", nargs="?", metavar="NAMESPACE/POD")
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="lines of the executor's own log")
+    logs.set_defaults(fn=_logs)

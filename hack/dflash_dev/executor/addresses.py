@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from dflash_dev.ports import free_port
 
+from .config import HOST_IP
 from .errors import WaitInterruptedError
 from .kube import Kube, Obj, is_status, namespaced
 
 log = logging.getLogger(__name__)
 
-HOST_IP = "127.0.0.1"
 # (address variable, port variable) pairs whose port is remapped with the address: the
 # rendezvous env the training-operator injects, read by torch.distributed and torchrun.
 RENDEZVOUS_ENV = (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT"))

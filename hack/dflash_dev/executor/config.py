@@ -31,6 +31,9 @@ BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 DEFAULT_POD_CIDR = "127.0.0.0/24"
 DEFAULT_NODES = 2
+# The node's address, and what a pod sees as its hostIP.
+HOST_IP = "127.0.0.1"
+READY_FILE = "executor.json"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 
 
@@ -102,11 +105,6 @@ class ExecutorConfig:
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
-def state_paths(state_dir: Path) -> dict[str, Path]:
-    """The executor's state layout (documented in docs/executor.md)."""
-    return {
-        "logs": state_dir / "logs",
-        "pods": state_dir / "pods",
-        "executor_log": state_dir / "executor.log",
-        "lock": state_dir / "executor.lock",
-    }
+def ready_file(state_dir: Path) -> Path:
+    """Written (pid, nodes, instance) once the executor serves its nodes; removed at stop."""
+    return state_dir / READY_FILE

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from .errors import PodConfigError
 
 Obj = dict[str, Any]
@@ -95,6 +93,8 @@ def resource_value(facts: PodFacts, default_container: str, ref: Obj) -> str:
         raise PodConfigError(
             f"resourceFieldRef {resource!r}: expected limits.<resource> or requests.<resource>"
         )
+    from kubernetes.utils.quantity import parse_quantity  # the kubernetes package is slow to import
+
     declared = ((container.get("resources") or {}).get(kind) or {}).get(res)
     if declared is None and kind == "requests":
         declared = ((container.get("resources") or {}).get("limits") or {}).get(res)

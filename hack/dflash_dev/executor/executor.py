@@ -13,19 +13,19 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import IO
 
 from dflash_dev import procs
 from dflash_dev.errors import DevError
 
 from .addresses import HostPorts, LoopbackPool, ServiceResolver
-from .config import ExecutorConfig
+from .config import ExecutorConfig, ready_file
+from .context import Context, finalize_pod
 from .kube import Kube, Obj, is_status
 from .nodes import NodeKeeper, node_capacity
 from .objects import ObjectSource
 from .process import kill_orphans
-from .worker import Context, PodWorker, finalize_pod
+from .worker import PodWorker
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,7 @@ RESYNC_SECONDS = 60.0
 RETRY_SECONDS = 1.0
 TICK_SECONDS = 1.0
 WORKER_JOIN_SECONDS = SHUTDOWN_JOIN_SECONDS = 15.0
-READY_FILE = "executor.json"
 TERMINAL = ("Succeeded", "Failed")
-
-
-def ready_file(state_dir: Path) -> Path:
-    """Written once the executor serves its nodes; removed when it stops."""
-    return state_dir / READY_FILE
 
 
 class Executor:

@@ -5,12 +5,11 @@ messages read like kubelet reads them. `executor_logs()` is how users and tests 
 from __future__ import annotations
 
 import shlex
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dflash_dev.errors import DevError
 from dflash_dev.paths import state_root
-
-from .status import now
 
 # kubelet's limits (pkg/kubelet/container): termination message file, and the log fallback.
 MAX_MESSAGE_BYTES = 4096
@@ -18,6 +17,10 @@ FALLBACK_LINES = 80
 FALLBACK_BYTES = 2048
 MARKER = "=== dflash-executor:"
 MARKER_COMMAND_CHARS = 500  # enough to recognise the command; scripts can be long
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_state_dir() -> Path:

@@ -13,7 +13,9 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from dflash_dev import procs
 from dflash_dev.errors import DevError
@@ -41,19 +43,22 @@ def is_image_python(program: str) -> bool:
     return not path.is_absolute() or str(path).startswith(IMAGE_PYTHON_DIRS)
 
 
-def build_argv(container: dict[str, object], env: dict[str, str], python: Path) -> list[str]:
-    """command + args with `$(VAR)` expanded; the program resolved as a container would.
+def build_argv(
+    container: dict[str, Any], env: dict[str, str], python: Path, rewrite: Callable[[str], str]
+) -> list[str]:
+    """command + args with `$(VAR)` expanded and container paths rewritten (so a script in a
+    configMap volume runs too); the program resolved as a container would resolve it.
 
     Raises PodStartError when there is nothing to run or the program cannot be found.
     """
-    command = [str(c) for c in container.get("command") or []]  # type: ignore[attr-defined]
-    args = [str(a) for a in container.get("args") or []]  # type: ignore[attr-defined]
+    command = [str(c) for c in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
     if not command:
         raise PodStartError(
             f"container {container.get('name')!r} has no command: the process executor cannot "
             'run an image\'s entrypoint; set `command` (for example ["python", "-m", ...])'
         )
-    argv = [expand(part, env) for part in command + args]
+    argv = [rewrite(expand(part, env)) for part in command + args]
     program = argv[0]
     if is_image_python(program):
         return [str(python), *argv[1:]]

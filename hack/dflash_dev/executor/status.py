@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from .addresses import HOST_IP
+from .config import HOST_IP
 
 Obj = dict[str, Any]
 RUNTIME = "dflash-executor"

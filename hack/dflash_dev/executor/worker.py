@@ -8,24 +8,20 @@ pod's latest version (`observe`) and tells it when the pod is gone or the execut
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from . import logs, process
-from .addresses import HOST_IP, HostPorts, LoopbackPool, ServiceResolver, Target, resolve_addresses
-from .config import ExecutorConfig
-from .env import PodFacts, resolve_env
+from .context import Context, finalize_pod
 from .errors import START_ERROR_EXIT_CODE, PodConfigError, PodStartError, WaitInterruptedError
 from .events import post_event
-from .kube import Kube, Obj, is_status, pod_path
-from .objects import ObjectSource
-from .sandbox import Sandbox, SandboxBuilder, remove_sandbox, sandbox_root, write_kubeconfig
+from .kube import Obj, is_status, pod_path
+from .prepare import Prepared, prepare_start
+from .sandbox import DEFAULT_TERMINATION_PATH, Sandbox
 from .status import (
     build_pod_status,
     container_id,
@@ -40,6 +36,8 @@ from .status import (
 )
 
 log = logging.getLogger(__name__)
+
+HOST_TERMINATION_LOG = Path(DEFAULT_TERMINATION_PATH)
 
 POLL_SECONDS = 0.1
 TOKEN_CHECK_SECONDS = 10.0
@@ -59,54 +57,10 @@ RESTARTED_MESSAGE = "the process executor restarted while this container ran; it
 
 
 @dataclass
-class Context:
-    """What every pod worker shares (all of it thread-safe)."""
-
-    kube: Kube
-    cfg: ExecutorConfig
-    objects: ObjectSource
-    ips: LoopbackPool
-    ports: HostPorts
-    resolver: ServiceResolver
-    node_names: frozenset[str]
-    allocatable: dict[str, str]
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.cfg.state_dir / "pods"
-
-
-@dataclass
-class Prepared:
-    env: dict[str, str]
-    sandbox: Sandbox
-    cwd: Path
-
-
-@dataclass
 class Exit:
     code: int
     state: Obj  # a `terminated` container state
     seconds: float
-
-
-def finalize_pod(ctx: Context, pod: Obj) -> None:
-    """Delete a pod object whose containers are gone (grace 0, as kubelet does) and its sandbox."""
-    meta = pod["metadata"]
-    try:
-        ctx.kube.delete(
-            pod_path(meta["namespace"], meta["name"]),
-            {
-                "apiVersion": "v1",
-                "kind": "DeleteOptions",
-                "gracePeriodSeconds": 0,
-                "preconditions": {"uid": meta["uid"]},
-            },
-        )
-    except Exception as exc:
-        if not is_status(exc, 404, 409):
-            log.warning("pod %s/%s: final delete failed: %s", meta["namespace"], meta["name"], exc)
-    remove_sandbox(sandbox_root(ctx.pods_dir, meta["namespace"], meta["name"], meta["uid"]))
 
 
 class PodWorker:
@@ -244,10 +198,13 @@ class PodWorker:
 
     def _prepare(self, sandbox: Sandbox | None) -> Prepared:
         """Resolve what a start needs; wait (reporting why) while something is missing."""
+        assert self.ip is not None
         delay = CONFIG_RETRY_INITIAL_SECONDS
         while True:
             try:
-                return self._prepare_once(sandbox)
+                prepared = prepare_start(self.ctx, self._pod, self.ip, sandbox, self._interrupted)
+                self._last_waiting = ""
+                return prepared
             except PodConfigError as exc:
                 message = str(exc)
                 if message != self._last_waiting:
@@ -260,52 +217,6 @@ class PodWorker:
                 raise WaitInterruptedError
             delay = min(delay * 2, CONFIG_RETRY_MAX_SECONDS)
 
-    def _prepare_once(self, sandbox: Sandbox | None) -> Prepared:
-        pod, ctx = self._pod, self.ctx
-        assert self.ip is not None
-        facts = PodFacts(pod, self.ip, HOST_IP, ctx.allocatable)
-        env = resolve_env(
-            facts, self.container, ctx.objects.secret_text, ctx.objects.config_map_text
-        )
-        if sandbox is None:
-            root = sandbox_root(ctx.pods_dir, self.namespace, self.name, self.uid)
-            sandbox = SandboxBuilder(ctx.objects, facts, env).build(root, self.container)
-        env = {k: sandbox.rewrite(v) for k, v in env.items()}
-        me = Target(self.ip, self.uid, pod["spec"].get("nodeName", ""))
-        env = resolve_addresses(
-            env,
-            self.namespace,
-            me,
-            ctx.resolver,
-            ctx.ports,
-            is_ours=lambda target: target.node_name in ctx.node_names,
-            interrupted=self._interrupted,
-        )
-        self._last_waiting = ""
-        full = {**self._base_env(sandbox), **env}
-        return Prepared(full, sandbox, sandbox.working_dir(self.container.get("workingDir")))
-
-    def _base_env(self, sandbox: Sandbox) -> dict[str, str]:
-        """What the image and kubelet would add: PATH (venv first), HOME, HOSTNAME, the API."""
-        cfg = self.ctx.cfg
-        server = urlparse(self.ctx.kube.server)
-        env = {
-            "PATH": f"{cfg.python.parent}:{process.DEFAULT_PATH}",
-            "HOME": str(sandbox.home),
-            "TMPDIR": str(sandbox.tmp),
-            "HOSTNAME": self._pod["spec"].get("hostname") or self.name,
-            "LANG": "C.UTF-8",
-            "KUBERNETES_SERVICE_HOST": server.hostname or HOST_IP,
-            "KUBERNETES_SERVICE_PORT": str(server.port or 443),
-            "KUBERNETES_SERVICE_PORT_HTTPS": str(server.port or 443),
-        }
-        env.update({k: os.environ[k] for k in cfg.pass_env if k in os.environ})
-        sa_dir = sandbox.service_account_dir
-        if sa_dir is not None:
-            write_kubeconfig(sandbox.kubeconfig, self.ctx.kube.server, sa_dir, self.namespace)
-            env["KUBECONFIG"] = str(sandbox.kubeconfig)
-        return env
-
     def _run_once(self, prepared: Prepared) -> Exit | None:
         """Start the process and wait for its end: an Exit, or None when deleted/stopping."""
         sandbox = prepared.sandbox
@@ -314,37 +225,42 @@ class PodWorker:
         started_at, clock = now(), time.monotonic()
         cid = container_id(self.uid, self.restart_count)
         try:
-            argv = process.build_argv(self.container, prepared.env, self.ctx.cfg.python)
-            argv = [argv[0], *(sandbox.rewrite(a) for a in argv[1:])]
+            python = self.ctx.cfg.python
+            argv = process.build_argv(self.container, prepared.env, python, sandbox.rewrite)
         except PodStartError as exc:
             logs.note(self.log_file, f"cannot start: {exc}")
             post_event(self.ctx.kube, self._pod, "Warning", "Failed", f"Error: {exc}")
             state = terminated(START_ERROR_EXIT_CODE, exc.reason, str(exc), started_at, now(), cid)
             return Exit(START_ERROR_EXIT_CODE, state, 0.0)
+        host_log_before = _mtime(HOST_TERMINATION_LOG)
         offset = logs.begin(self.log_file, self.uid, self.restart_count, argv)
         proc = process.spawn(argv, prepared.env, prepared.cwd, self.log_file)
-        process.write_process_file(sandbox.root, proc.pid)
-        log.info(
-            "pod %s: started pid %d on %s (restart %d)",
-            self.key,
-            proc.pid,
-            self.ip,
-            self.restart_count,
-        )
-        self._report(running(started_at), phase="Running", cid=cid)
-        post_event(
-            self.ctx.kube,
-            self._pod,
-            "Normal",
-            "Started",
-            f"Started container {self.container['name']}",
-        )
-        if self._wait_for_exit(proc, sandbox):
+        try:
+            process.write_process_file(sandbox.root, proc.pid)
+            log.info(
+                "pod %s: pid %d on %s (restart %d)", self.key, proc.pid, self.ip, self.restart_count
+            )
+            self._report(running(started_at), phase="Running", cid=cid)
+            started = f"Started container {self.container['name']}"
+            post_event(self.ctx.kube, self._pod, "Normal", "Started", started)
+            interrupted = self._wait_for_exit(proc, sandbox)
+        except BaseException:
+            process.stop(proc, 0)  # never leave a process that nobody watches
+            raise
+        if interrupted:
             self._kill(proc, started_at, cid)
             return None
         code = process.exit_code(proc.returncode)
         process.signal_group(proc.pid, signal.SIGKILL)  # what the command left behind
         message = self._message(sandbox, code, offset)  # before our note joins the log
+        if not message and _mtime(HOST_TERMINATION_LOG) != host_log_before:
+            warning = (
+                f"{HOST_TERMINATION_LOG} of this machine changed while the container ran: if it "
+                "wrote its result there, pass that path in its args or env (they are rewritten "
+                "to the pod's own file; paths inside programs and files are not)"
+            )
+            logs.note(self.log_file, warning)
+            log.warning("pod %s: %s", self.key, warning)
         logs.note(self.log_file, f"exited with code {code}")
         state = terminated(code, exit_reason(code), message, started_at, now(), cid)
         return Exit(code, state, time.monotonic() - clock)
@@ -451,3 +367,10 @@ class PodWorker:
             START_ERROR_EXIT_CODE, "ExecutorError", message, self.start_time, stamp, ""
         )
         self._report_quietly(state, phase="Failed")
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None

@@ -49,19 +49,26 @@ def succeeded(executor: LocalExecutor, namespace: str, name: str) -> bool:
     )
 
 
-def test_a_pytorchjob_master_and_worker_all_reduce_over_gloo_and_succeed(
+def test_two_pytorchjobs_on_the_same_port_both_all_reduce_over_gloo_and_succeed(
     executor: LocalExecutor, namespace: str
 ) -> None:
-    executor.apply(namespace, pytorchjob(executor, "ddp"))
-    try:
-        wait_for(
-            "the PyTorchJob to succeed", lambda: succeeded(executor, namespace, "ddp"), JOB_SECONDS
-        )
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{executor.describe(namespace, 'ddp-worker-0')}") from None
-    master, worker = (executor.get_pod(namespace, n) for n in ("ddp-master-0", "ddp-worker-0"))
-    for pod in (master, worker):
-        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-        assert terminated["message"] == "3"  # 1 + 2: both ranks took part
-    assert "rank 1 of 2: sum 3" in executor.logs(namespace, "ddp-worker-0")
-    assert master["status"]["podIP"] != worker["status"]["podIP"]
+    # Both masters declare port 23456 and torch's TCPStore listens on the wildcard address:
+    # only the executor's per-pod rendezvous port keeps them apart.
+    executor.apply(namespace, pytorchjob(executor, "ddp-a"), pytorchjob(executor, "ddp-b"))
+    for job in ("ddp-a", "ddp-b"):
+        try:
+            wait_for(
+                f"{job} to succeed", lambda j=job: succeeded(executor, namespace, j), JOB_SECONDS
+            )
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\n{executor.describe(namespace, f'{job}-worker-0')}"
+            ) from None
+    for job in ("ddp-a", "ddp-b"):
+        master = executor.get_pod(namespace, f"{job}-master-0")
+        worker = executor.get_pod(namespace, f"{job}-worker-0")
+        for pod in (master, worker):
+            terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+            assert terminated["message"] == "3"  # 1 + 2: both ranks of this job took part
+        assert "rank 1 of 2: sum 3" in executor.logs(namespace, f"{job}-worker-0")
+        assert master["status"]["podIP"] != worker["status"]["podIP"]

@@ -99,3 +99,28 @@ def test_a_volume_of_an_unsupported_type_keeps_the_pod_waiting_with_a_clear_mess
     message = container_state(waiting)["waiting"]["message"]
     assert "volume data: type hostPath is not supported" in message
     assert "emptyDir" in message  # says what is supported
+
+
+def test_a_script_mounted_from_a_configmap_runs_as_the_command(
+    executor: LocalExecutor, namespace: str
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "scripts"},
+        # Paths inside files are not rewritten: the script gets its paths from env or args.
+        "data": {"run.sh": '#!/bin/sh\necho "running as $0" > "$RESULT"\n'},
+    }
+    pod = executor.pod(
+        "script",
+        ["/opt/scripts/run.sh"],
+        volumes=[{"name": "scripts", "configMap": {"name": "scripts", "defaultMode": 0o755}}],
+        container={
+            "volumeMounts": [{"name": "scripts", "mountPath": "/opt/scripts"}],
+            "env": [{"name": "RESULT", "value": "/dev/termination-log"}],
+        },
+    )
+    executor.apply(namespace, config, pod)
+    done = executor.wait_phase(namespace, "script", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded", executor.describe(namespace, "script")
+    assert container_state(done)["terminated"]["message"].endswith("/volumes/scripts/run.sh\n")

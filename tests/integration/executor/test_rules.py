@@ -1,0 +1,137 @@
+"""The executor's documented rules, table by table (no cluster needed): path rewriting,
+$(VAR) expansion, Service names, the image's Python, taints, restart policy, log fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dflash_dev.executor.addresses import parse_service_name
+from dflash_dev.executor.env import expand
+from dflash_dev.executor.logs import FALLBACK_BYTES, FALLBACK_LINES, fallback_message
+from dflash_dev.executor.nodes import build_taints
+from dflash_dev.executor.process import is_image_python
+from dflash_dev.executor.sandbox import Sandbox
+from dflash_dev.executor.status import should_restart
+
+LOCAL = Path("/state/pods/ns/p/uid")
+SANDBOX = Sandbox(
+    root=LOCAL,
+    mounts={
+        "/data": LOCAL / "volumes/data",
+        "/data/cache": LOCAL / "volumes/cache",
+        "/etc/dflash/": LOCAL / "volumes/config",
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("/data", f"{LOCAL}/volumes/data"),
+        ("/data/shard-1.parquet", f"{LOCAL}/volumes/data/shard-1.parquet"),
+        ("--out=/data/x", f"--out={LOCAL}/volumes/data/x"),
+        ("/data/cache/tok", f"{LOCAL}/volumes/cache/tok"),  # the longer mount wins
+        ("/etc/dflash/train.yaml", f"{LOCAL}/volumes/config/train.yaml"),
+        ("a:/data:b", f"a:{LOCAL}/volumes/data:b"),
+        ("/dev/termination-log", f"{LOCAL}/termination-log"),
+        ("s3://bucket/data/x", "s3://bucket/data/x"),  # a URI is never a path
+        ("/mnt/data", "/mnt/data"),  # not where a path starts
+        ("/data2/x", "/data2/x"),  # not where the mount path ends
+        ("/database", "/database"),
+        ("relative/data", "relative/data"),
+    ],
+)
+def test_a_mount_path_is_rewritten_only_where_it_starts_a_path(value: str, expected: str) -> None:
+    assert SANDBOX.rewrite(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("$(A)", "1"),
+        ("x-$(A)-$(B)", "x-1-two"),
+        ("$$(A)", "$(A)"),  # $$ escapes
+        ("$(MISSING)", "$(MISSING)"),  # unknown names stay as written
+        ("$A", "$A"),  # only the $(NAME) form expands
+        ("cost: $$5", "cost: $5"),
+    ],
+)
+def test_variable_references_expand_like_kubelet(value: str, expected: str) -> None:
+    assert expand(value, {"A": "1", "B": "two"}) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("ddp-master-0", ("ddp-master-0", "ns")),
+        ("ddp-master-0.other", ("ddp-master-0", "other")),
+        ("svc.other.svc", ("svc", "other")),
+        ("svc.other.svc.cluster.local", ("svc", "other")),
+        ("127.0.0.1", None),
+        ("example.com", ("example", "com")),  # looks like svc.ns; resolved only if it exists
+        ("a.b.c.d", None),
+        ("Not_A_Name", None),
+    ],
+)
+def test_service_names_are_parsed_in_the_forms_cluster_dns_accepts(
+    value: str, expected: tuple[str, str] | None
+) -> None:
+    assert parse_service_name(value, "ns") == expected
+
+
+@pytest.mark.parametrize(
+    ("program", "is_python"),
+    [
+        ("python", True),
+        ("python3", True),
+        ("python3.11", True),
+        ("/usr/bin/python3", True),
+        ("/usr/local/bin/python", True),
+        ("/opt/conda/bin/python", True),
+        ("torchrun", False),
+        ("/work/venv-of-mine/bin/python", False),  # a real local path runs as is
+        ("pythonic", False),
+    ],
+)
+def test_the_images_python_is_recognised(program: str, is_python: bool) -> None:
+    assert is_image_python(program) is is_python
+
+
+def test_taints_keep_others_and_add_not_ready_only_when_the_node_is_not_ready() -> None:
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    not_ready = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    ours = {"key": "dflash.dev/executor", "value": "local", "effect": "NoSchedule"}
+    assert build_taints([gpu, not_ready], ready=True) == [gpu, ours]
+    assert build_taints([gpu], ready=False) == [gpu, ours, not_ready]
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "restarts"),
+    [
+        ("Never", 1, False),
+        ("Never", 0, False),
+        ("OnFailure", 1, True),
+        ("OnFailure", 137, True),
+        ("OnFailure", 0, False),
+        ("Always", 0, True),
+    ],
+)
+def test_restart_policy_decides_like_kubelet(policy: str, exit_code: int, restarts: bool) -> None:
+    assert should_restart(policy, exit_code) is restarts
+
+
+def test_the_log_fallback_keeps_at_most_80_lines_and_2048_bytes_of_this_run(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "main.log"
+    log.write_text("previous run's output\n")
+    start = log.stat().st_size
+    with log.open("a") as out:
+        out.writelines(f"line {i}\n" for i in range(100))
+    message = fallback_message(log, start)
+    assert message.splitlines()[0] == "line 20" and len(message.splitlines()) == FALLBACK_LINES
+    long_lines = tmp_path / "long.log"
+    long_lines.write_text("x" * 5000 + "\nthe end\n")
+    tail = fallback_message(long_lines, 0)
+    assert tail.endswith("the end\n") and len(tail.encode()) == FALLBACK_BYTES
