@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.records import SampleError
+from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, arrow_filesystem, store_for
 
 # One sample larger than this is refused (and reported) instead of being buffered: a 4 MiB
@@ -58,6 +59,7 @@ def file_kind(uri: str) -> tuple[str, str | None]:
 
 def list_source_files(uri: str) -> list[str]:
     """The files of a source: the object itself, or every data file under a folder/prefix."""
+    uri = to_local_uri(uri)
     store = store_for(uri)
     try:
         if store.exists(uri):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, is_s3_uri, store_for
 
 # Only what a tokenizer needs: stages that never run the model must not pull its weights.
@@ -40,6 +41,7 @@ class TokenIds:
 
 def resolve_model_dir(model: str, include_weights: bool = False) -> str:
     """A local folder or hub id for `model`; an s3:// prefix is mirrored into the cache first."""
+    model = to_local_uri(model)
     if not is_s3_uri(model):
         return model
     prefix = model.rstrip("/") + "/"
@@ -75,13 +77,13 @@ def context_length(model_dir: str) -> int | None:
     return None
 
 
-def load_tokenizer(model: str) -> Any:
+def load_tokenizer(model: str, revision: str | None = None) -> Any:
     """The target's tokenizer (offline); BadInputError names the model when it cannot load."""
     from transformers import AutoTokenizer
 
     path = resolve_model_dir(model)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, revision=revision)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInputError(f"--model {model}: cannot load a tokenizer: {first}") from None

@@ -36,6 +36,7 @@ from dflash_trainer.data.stage_result import (
     EXIT_OK,
     finish_stage,
 )
+from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for
 
 GATES = ("prompts", "completions", "tokens")
@@ -63,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model",
-        help="target model folder, s3 prefix or hub id: decodes examples, finds think tokens",
+        help="target model folder, s3/pvc prefix or hub id: decodes examples, finds think tokens",
+    )
+    p.add_argument("--revision", help="model revision (hub ids)")
+    p.add_argument(
+        "--chat-template", help="Jinja file overriding the target's chat template (prompt lengths)"
     )
     p.add_argument(
         "--block-size", type=int, default=16, help="DFlash block size (anchors need block+1 tokens)"
@@ -160,7 +165,7 @@ def run_dataset_gate(
     if args.model:
         from dflash_trainer.data.target import load_tokenizer
 
-        tokenizer = load_tokenizer(args.model)
+        tokenizer = load_tokenizer(args.model, args.revision)
     settings = token_settings(args, path, tokenizer) if gate == "tokens" else None
     acc: TokensAccumulator | CompletionsAccumulator
     acc = (
@@ -184,6 +189,9 @@ def run_dataset_gate(
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    for name in ("path", "run_root", "out", "thresholds"):
+        if getattr(args, name):
+            setattr(args, name, to_local_uri(getattr(args, name)))
     gate, path = resolve_input(args)
     thresholds = load_thresholds(args.thresholds)
     if args.no_thinking:

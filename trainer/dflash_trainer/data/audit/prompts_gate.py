@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dflash_trainer.data.audit.checks import Verdict, evaluate
@@ -40,14 +41,15 @@ def load_prompt_sources(path: str, source_format: str | None) -> list[SourceSpec
 
 
 def build_prompt_length_fn(
-    model: str, enable_thinking: bool
+    args: argparse.Namespace, enable_thinking: bool
 ) -> Callable[[list[list[dict[str, Any]]]], list[int]]:
     """Token length of each prompt as the engine will see it (template + generation prompt)."""
     from dflash_trainer.data.chat_template import ChatTemplate
     from dflash_trainer.data.target import load_tokenizer
 
-    tokenizer = load_tokenizer(model)
-    template = ChatTemplate.from_tokenizer(tokenizer)
+    tokenizer = load_tokenizer(args.model, args.revision)
+    override = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+    template = ChatTemplate.from_tokenizer(tokenizer, override)
     backend = tokenizer.backend_tokenizer
 
     def lengths(conversations: list[list[dict[str, Any]]]) -> list[int]:
@@ -84,7 +86,7 @@ def run_prompts_gate(
     records = iter_prompts(sources, stats)
     overlong: Counter[str] | None = None
     if args.model and args.max_model_len:
-        lengths = build_prompt_length_fn(args.model, thresholds.expect_thinking)
+        lengths = build_prompt_length_fn(args, thresholds.expect_thinking)
         overlong = count_overlong(records, lengths, args.max_model_len - args.max_tokens)
     else:
         for _ in records:

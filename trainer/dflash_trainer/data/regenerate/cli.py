@@ -18,8 +18,10 @@ from dflash_trainer.data.ingest import IngestStats, iter_prompts
 from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec
 from dflash_trainer.data.regenerate.runner import ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
+from dflash_trainer.data.regenerate.vllm_engine import parse_engine_args
 from dflash_trainer.data.sources import load_sources
 from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
+from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError
 
 DEFAULT_PART_ROWS = 2000
@@ -34,16 +36,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run-root", required=True, help="run root (s3:// prefix or folder)")
     p.add_argument("--sources", required=True, help="sources.yaml (spec.data.sources)")
-    p.add_argument("--model", help="target model: folder, s3:// prefix or hub id (offline cache)")
+    p.add_argument(
+        "--model", help="target model: folder, s3:// or pvc:// prefix, or hub id (offline cache)"
+    )
+    p.add_argument("--revision", help="model revision (hub ids)")
     p.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--shard", type=int, help="default: $JOB_COMPLETION_INDEX, else 0")
-    p.add_argument("--enable-thinking", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--thinking",
+        "--enable-thinking",
+        dest="enable_thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="render prompts with enable_thinking (default on)",
+    )
     p.add_argument("--temperature", type=float, default=SamplingSpec.temperature)
     p.add_argument("--top-p", type=float, default=SamplingSpec.top_p)
     p.add_argument("--top-k", type=int, default=SamplingSpec.top_k, help="0 disables")
     p.add_argument("--min-p", type=float, default=SamplingSpec.min_p)
-    p.add_argument("--max-tokens", type=int, default=SamplingSpec.max_tokens)
+    p.add_argument(
+        "--max-new-tokens",
+        "--max-tokens",
+        dest="max_tokens",
+        type=int,
+        default=SamplingSpec.max_tokens,
+    )
     p.add_argument("--seed", type=int, default=SamplingSpec.seed)
     p.add_argument("--repetition-penalty", type=float, default=SamplingSpec.repetition_penalty)
     p.add_argument("--presence-penalty", type=float, default=SamplingSpec.presence_penalty)
@@ -53,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=512)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--enforce-eager", action="store_true", help="vllm: skip CUDA graph capture")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further vLLM engine argument (repeatable), e.g. max-num-seqs=256",
+    )
     p.add_argument("--batch-size", type=int, default=16, help="transformers engine batch")
     p.add_argument("--threads", type=int, help="transformers engine CPU threads")
     p.add_argument(
@@ -78,7 +103,15 @@ def validate(args: argparse.Namespace) -> None:
             f"shard {args.shard} is outside 0..{args.shards - 1} (--shards {args.shards})"
         )
     if args.max_tokens < 1 or args.part_rows < 1:
-        raise BadInputError("--max-tokens and --part-rows must be at least 1")
+        raise BadInputError("--max-new-tokens and --part-rows must be at least 1")
+    try:
+        args.engine_kwargs = parse_engine_args(args.engine_arg)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from None
+    if args.engine_kwargs and args.engine != "vllm":
+        raise BadInputError("--engine-arg sets vLLM arguments: use --engine vllm or drop them")
+    args.run_root = to_local_uri(args.run_root)
+    args.sources = to_local_uri(args.sources)
 
 
 def check_sources(stats: IngestStats) -> None:
@@ -107,14 +140,19 @@ class Target:
             raise BadInputError(
                 "--model is required to regenerate prompts (only `regenerated` sources need none)"
             )
-        self.tokenizer = load_tokenizer(args.model)
+        self.tokenizer = load_tokenizer(args.model, args.revision)
         override = None
         if args.chat_template:
             override = Path(args.chat_template).read_text(encoding="utf-8")
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, override)
         self.ids = token_ids(self.tokenizer, args.end_of_turn)
         self.model_dir = resolve_model_dir(args.model, include_weights=True)
-        self.context = args.max_model_len or context_length(self.model_dir) or FALLBACK_CONTEXT
+        self.context = (
+            args.max_model_len
+            or args.engine_kwargs.get("max_model_len")
+            or context_length(self.model_dir)
+            or FALLBACK_CONTEXT
+        )
         backend = self.tokenizer.backend_tokenizer
         self.encode = lambda texts: [
             e.ids for e in backend.encode_batch(texts, add_special_tokens=False)
@@ -132,6 +170,7 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
             target.ids.end_of_turn,
             args.batch_size,
             args.threads,
+            args.revision,
         )
     from dflash_trainer.data.regenerate.vllm_engine import VllmEngine, VllmSettings
 
@@ -143,6 +182,8 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
         max_num_seqs=args.max_num_seqs,
         dtype=args.dtype,
         enforce_eager=args.enforce_eager,
+        revision=args.revision,
+        extra=args.engine_kwargs,
     )
     return VllmEngine(settings, sampling, target.ids.end_of_turn)
 

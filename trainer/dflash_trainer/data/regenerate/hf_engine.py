@@ -29,12 +29,15 @@ class TransformersEngine:
         eot_id: int,
         batch_size: int = 16,
         threads: int | None = None,
+        revision: str | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, revision=revision
+        )
         self.model.train(False)
         self.tokenizer = tokenizer
         self.sampling = sampling

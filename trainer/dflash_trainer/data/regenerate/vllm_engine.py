@@ -6,7 +6,7 @@ Building its arguments and parsing its outputs are pure functions, tested withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_trainer.data.regenerate.engine import (
@@ -32,6 +32,33 @@ class VllmSettings:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     dtype: str = "auto"
     enforce_eager: bool = False
+    revision: str | None = None
+    # Further vLLM engine arguments (`--engine-arg key=value`), applied last.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_engine_args(items: list[str]) -> dict[str, Any]:
+    """`["max-num-seqs=256", "enforce-eager=true"]` -> `{"max_num_seqs": 256, "enforce_eager": True}`."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key or not all(c.isalnum() or c in "-_" for c in key):
+            raise ValueError(f"--engine-arg {item!r}: expected KEY=VALUE with a vLLM argument name")
+        out[key.replace("-", "_")] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw
 
 
 def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
@@ -51,6 +78,10 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
     }
     if settings.max_model_len:
         kwargs["max_model_len"] = settings.max_model_len
+    if settings.revision:
+        kwargs["revision"] = settings.revision
+        kwargs["tokenizer_revision"] = settings.revision
+    kwargs.update(settings.extra)
     return kwargs
 
 

@@ -22,6 +22,7 @@ from dflash_trainer.data.tokenize.stage import (
     plan_jobs,
     run_shards,
 )
+from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for, write_json
 
 DEFAULT_MAX_SEQ_LEN = 3072  # the DFlash paper's training length
@@ -33,11 +34,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat-template and tokenize regenerated completions into input_ids/loss_mask.",
     )
     p.add_argument("--run-root", required=True, help="run root (s3:// prefix or folder)")
-    p.add_argument("--model", required=True, help="target model: folder, s3:// prefix or hub id")
+    p.add_argument(
+        "--model", required=True, help="target model: folder, s3:// or pvc:// prefix, or hub id"
+    )
+    p.add_argument("--revision", help="model revision (hub ids)")
     p.add_argument("--input", help="completions to tokenize (default: <run-root>/regen)")
     p.add_argument("--output", help="output folder (default: <run-root>/tokenized)")
     p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
-    p.add_argument("--enable-thinking", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--thinking",
+        "--enable-thinking",
+        dest="enable_thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the answers were generated with enable_thinking (default on)",
+    )
     p.add_argument("--supervise", choices=("last", "all"), default="last",
                    help="last: the row's answer; all: every assistant turn (append-only templates)")  # fmt: skip
     p.add_argument("--end-of-turn", help="end-of-turn token (default: the tokenizer's eos)")
@@ -60,6 +71,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.max_seq_len < 2:
         raise BadInputError(f"--max-seq-len {args.max_seq_len}: must be at least 2")
+    for name in ("run_root", "input", "output"):
+        if getattr(args, name):
+            setattr(args, name, to_local_uri(getattr(args, name)))
     output = args.output or join_uri(args.run_root, "tokenized")
     manifest_uri = join_uri(output, MANIFEST)
     base = {"stage": "tokenize", "manifestUri": manifest_uri}
@@ -70,12 +84,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             | _summary(done)
             | {"ok": True, "skipped": True, "message": "already tokenized; nothing to do"}
         )
-    tokenizer = load_tokenizer(args.model)
+    tokenizer = load_tokenizer(args.model, args.revision)
     ids = token_ids(tokenizer, args.end_of_turn)
     eot = args.end_of_turn or tokenizer.eos_token
     override = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
     settings = StageSettings(
         model_dir=args.model,
+        revision=args.revision,
         chat_template=override,
         tokenize=TokenizeSettings(args.max_seq_len, eot, args.enable_thinking, args.supervise),
     )

@@ -39,12 +39,18 @@ MANIFEST = "_SUCCESS.json"
 @dataclass(frozen=True)
 class StageSettings:
     model_dir: str
+    revision: str | None
     chat_template: str | None  # override text, else the tokenizer's
     tokenize: TokenizeSettings
 
     def fingerprint(self, template_source: str) -> str:
         blob = json.dumps(
-            {"model": self.model_dir, "template": template_source, **asdict(self.tokenize)},
+            {
+                "model": self.model_dir,
+                "revision": self.revision,
+                "template": template_source,
+                **asdict(self.tokenize),
+            },
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -64,7 +70,7 @@ _WORKER: dict[str, Any] = {}
 def _load(settings: StageSettings) -> tuple[RowTokenizer, str]:
     from dflash_trainer.data.target import load_tokenizer
 
-    tokenizer = load_tokenizer(settings.model_dir)
+    tokenizer = load_tokenizer(settings.model_dir, settings.revision)
     template = ChatTemplate.from_tokenizer(tokenizer, settings.chat_template)
     return RowTokenizer(tokenizer, template, settings.tokenize), template.source
 

@@ -1,0 +1,67 @@
+"""The command lines the operator builds for the data stages parse with the stages' own parsers
+(docs/stage-cli.md): both sides of the contract, checked on the example DFlashRuns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dflash_operator.api.constants import Gate
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.children import commands
+from dflash_trainer.data.audit.cli import build_parser as audit_parser
+from dflash_trainer.data.regenerate.cli import build_parser as regenerate_parser
+from dflash_trainer.data.regenerate.vllm_engine import parse_engine_args
+from dflash_trainer.data.tokenize.cli import build_parser as tokenize_parser
+
+EXAMPLES = Path(__file__).parents[3] / "examples"
+RUN_ROOT = "s3://bucket/prefix/ns/run/uid"
+
+
+def load_spec(name: str) -> DFlashRunSpec:
+    doc = yaml.safe_load((EXAMPLES / name).read_text())
+    return DFlashRunSpec.model_validate(doc["spec"])
+
+
+def module_args(argv: list[str], module: str) -> list[str]:
+    assert argv[0].startswith("python") and argv[1:3] == ["-m", module]
+    return argv[3:]
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
+def test_the_regenerate_command_line_parses_with_the_spec_values(example: str) -> None:
+    spec = load_spec(example)
+    argv = commands.build_regenerate_args(spec, RUN_ROOT)
+    args = regenerate_parser().parse_args(module_args(argv, "dflash_trainer.data.regenerate"))
+    regen: Any = spec.regeneration
+    assert args.run_root == RUN_ROOT and args.engine == regen.engine.value
+    assert args.max_tokens == regen.max_new_tokens and args.shards == regen.shards
+    assert args.enable_thinking is spec.target.thinking
+    assert (
+        args.temperature == regen.temperature and args.tensor_parallel_size == regen.tensor_parallel
+    )
+    parse_engine_args(args.engine_arg)  # every --engine-arg is KEY=VALUE
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
+@pytest.mark.parametrize("gate", [Gate.COMPLETIONS, Gate.TOKENS])
+def test_the_audit_command_line_parses_with_the_gate_and_training_shape(
+    example: str, gate: Gate
+) -> None:
+    spec = load_spec(example)
+    argv = commands.build_audit_args(spec, gate, RUN_ROOT)
+    args = audit_parser().parse_args(module_args(argv, "dflash_trainer.data.audit"))
+    assert args.gate == gate.value and args.run_root == RUN_ROOT
+    assert args.block_size == spec.drafter.block_size
+    assert args.max_seq_len == spec.tokenization.max_seq_len
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
+def test_the_tokenize_command_line_parses_with_the_spec_values(example: str) -> None:
+    spec = load_spec(example)
+    argv = commands.build_tokenize_args(spec, RUN_ROOT)
+    args = tokenize_parser().parse_args(module_args(argv, "dflash_trainer.data.tokenize"))
+    assert args.max_seq_len == spec.tokenization.max_seq_len
+    assert args.enable_thinking is spec.target.thinking
