@@ -1,0 +1,277 @@
+"""`kubectl dflash` (console script `kubectl-dflash`): the command line, kubectl's conventions
+(-n, --context, --kubeconfig, -o json|yaml, exit codes) and the six commands. The facts come
+from `summary.py`, the text from `render.py`, annotation values from `annotate.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from dflash_operator.api.constants import Gate, Stage
+from dflash_operator.cli.annotate import AnnotationChange, build_approval, build_retry
+from dflash_operator.cli.audit import (
+    default_download_path,
+    download_report,
+    gate_data,
+    gate_views,
+    has_s3_credentials,
+    render_gate,
+)
+from dflash_operator.cli.errors import EXIT_GATE_FAILED, EXIT_INTERRUPTED, EXIT_OK, CliError
+from dflash_operator.cli.kube import Kube
+from dflash_operator.cli.logs import explain_blocked, find_stage_pods, follow_logs, plan_targets
+from dflash_operator.cli.render import (
+    OUTPUT_FORMATS,
+    dump,
+    render_list,
+    render_status,
+    summary_to_data,
+)
+from dflash_operator.cli.summary import PIPELINE, RunSummary, summarize
+
+PROG = "kubectl dflash"
+GATES = [gate.value for gate in Gate]
+STAGES = [stage.value for stage in PIPELINE]
+
+
+class Io:
+    """Where output goes, and when it is: tests pass their own streams."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+        self.now = datetime.now(UTC)
+
+    @property
+    def unicode(self) -> bool:
+        encoding = (getattr(self.out, "encoding", None) or "").lower().replace("-", "")
+        return encoding == "utf8"
+
+
+def _common(output: bool) -> argparse.ArgumentParser:
+    """kubectl's flags, accepted before or after the command (kubectl passes them along)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    hide = argparse.SUPPRESS
+    parser.add_argument("-n", "--namespace", default=hide, help="namespace of the run(s)")
+    parser.add_argument("--context", default=hide, help="kubeconfig context to use")
+    parser.add_argument("--kubeconfig", default=hide, help="path of the kubeconfig file")
+    if output:
+        parser.add_argument(
+            "-o", "--output", choices=OUTPUT_FORMATS, default=hide, help="json or yaml"
+        )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        parents=[_common(output=False)],
+        description="Follow and steer DFlashRuns: progress, audit gates, approvals, retries, logs.",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 an audit gate failed (audit).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    with_output = [_common(output=True)]
+
+    status = commands.add_parser(
+        "status", parents=with_output, help="phase, stages, audit, checkpoint, ETA"
+    )
+    status.add_argument("run")
+    listing = commands.add_parser("list", parents=with_output, help="runs of a namespace")
+    listing.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="runs of every namespace"
+    )
+    audit = commands.add_parser("audit", parents=with_output, help="violated checks and the report")
+    audit.add_argument("run")
+    audit.add_argument("--gate", choices=GATES, help="one gate (default: every gate that ran)")
+    audit.add_argument("--no-download", action="store_true", help="do not fetch the report from S3")
+    audit.add_argument("--download-dir", help="where the report goes (default: a temp folder)")
+    approve = commands.add_parser("approve", parents=with_output, help="accept a failed gate")
+    approve.add_argument("run")
+    approve.add_argument("--gate", choices=GATES, required=True)
+    retry = commands.add_parser("retry", parents=with_output, help="retry the stage that failed")
+    retry.add_argument("run")
+    retry.add_argument("--stage", choices=STAGES, help="the stage that failed (checked)")
+    logs = commands.add_parser(
+        "logs", parents=[_common(output=False)], help="follow a stage's pods"
+    )
+    logs.add_argument("run")
+    logs.add_argument("--stage", choices=STAGES, help="default: the current stage")
+    logs.add_argument("--no-follow", action="store_true", help="print what is there and stop")
+    logs.add_argument("--tail", type=int, help="lines of each log to start with")
+    return parser
+
+
+def _summary(kube: Kube, name: str, io: Io) -> tuple[dict[str, Any], RunSummary]:
+    run = kube.get_run(name)
+    return run, summarize(run, io.now)
+
+
+def cmd_status(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    _, summary = _summary(kube, args.run, io)
+    if getattr(args, "output", None):
+        io.out.write(dump(summary_to_data(summary, io.now), args.output))
+    else:
+        io.out.write(render_status(summary, io.now, io.unicode))
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    runs = kube.list_runs(args.all_namespaces)
+    summaries = sorted(
+        (summarize(run, io.now) for run in runs), key=lambda s: (s.namespace, s.name)
+    )
+    if getattr(args, "output", None):
+        io.out.write(dump([summary_to_data(s, io.now) for s in summaries], args.output))
+    elif not summaries:
+        where = "any namespace" if args.all_namespaces else f"namespace {kube.namespace}"
+        io.err.write(f"No DFlashRuns found in {where}.\n")
+    else:
+        io.out.write(render_list(summaries, io.now, args.all_namespaces))
+    return EXIT_OK
+
+
+def _show_report(path: str, io: Io) -> None:
+    text = Path(path).read_text(encoding="utf-8")
+    if io.out.isatty():
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console(file=io.out).print(Markdown(text))
+    else:
+        io.out.write(f"\n----- {path} -----\n{text}")
+        if not text.endswith("\n"):
+            io.out.write("\n")
+
+
+def cmd_audit(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    run, summary = _summary(kube, args.run, io)
+    gate = Gate(args.gate) if args.gate else None
+    views = gate_views(summary.status, gate)
+    code = EXIT_GATE_FAILED if any(view.failed for view in views) else EXIT_OK
+    if getattr(args, "output", None):
+        gates = [gate_data(view) for view in views]
+        data = {"name": summary.name, "namespace": summary.namespace, "gates": gates}
+        io.out.write(dump(data, args.output))
+        return code
+    if not views:
+        io.out.write(f"No audit gate of dflashrun {summary.name} has run yet.\n")
+        return code
+    for view in views:
+        io.out.write("\n".join(render_gate(view, summary.name, summary.namespace)) + "\n")
+    # One report to open: the gate asked for, or the only failed one.
+    failed = [view for view in views if view.failed]
+    chosen = views[0] if gate is not None else (failed[0] if len(failed) == 1 else None)
+    if chosen is None or chosen.report_uri is None or args.no_download:
+        return code
+    if not has_s3_credentials():
+        io.err.write(
+            f"To download and open {chosen.report_uri}, put S3 credentials in the environment "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE).\n"
+        )
+        return code
+    destination = default_download_path(summary.namespace, summary.name, chosen.gate)
+    if args.download_dir:
+        destination = Path(args.download_dir) / destination.name
+    storage = (run.get("spec") or {}).get("storage") or {}
+    path = download_report(chosen.report_uri, storage, destination)
+    io.out.write(f"report downloaded to {path}\n")
+    _show_report(str(path), io)
+    return code
+
+
+def _apply(
+    change: AnnotationChange, args: argparse.Namespace, kube: Kube, run: dict[str, Any], io: Io
+) -> int:
+    name = run["metadata"]["name"]
+    if not change.unchanged:
+        version = run["metadata"].get("resourceVersion")
+        run = kube.annotate_run(name, {change.key: change.value}, version)
+    if getattr(args, "output", None):
+        annotations = run["metadata"].get("annotations") or {}
+        data = {"name": name, "namespace": kube.namespace}
+        io.out.write(
+            dump({**data, "annotations": {change.key: annotations.get(change.key)}}, args.output)
+        )
+        return EXIT_OK
+    verb = "already annotated" if change.unchanged else "annotated"
+    io.out.write(f"dflashrun.dflash.dev/{name} {verb}: {change.key}={change.value}\n")
+    io.out.write(
+        f"Next: {change.explanation}. Watch it: kubectl dflash status {name} -n {kube.namespace}\n"
+    )
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    run, summary = _summary(kube, args.run, io)
+    return _apply(build_approval(run, summary, Gate(args.gate)), args, kube, run, io)
+
+
+def cmd_retry(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    run, summary = _summary(kube, args.run, io)
+    stage = Stage(args.stage) if args.stage else None
+    return _apply(build_retry(summary, stage, io.now), args, kube, run, io)
+
+
+def cmd_logs(args: argparse.Namespace, kube: Kube, io: Io) -> int:
+    _, summary = _summary(kube, args.run, io)
+    if args.stage:
+        stage = Stage(args.stage)
+    elif summary.current is not None:
+        stage = summary.current.stage
+    else:
+        phase = summary.phase.value if summary.phase else "not started"
+        raise CliError(
+            f"dflashrun {summary.name} is {phase}: no stage is running; name one with --stage"
+        )
+    pods = find_stage_pods(kube, summary, stage)
+    if not pods:
+        raise CliError(
+            f"no pods of stage {stage.value} of dflashrun {summary.name} in namespace "
+            f"{kube.namespace}: the operator has not created them yet, or they were removed "
+            "after the run finished (spec.ttlSecondsAfterFinished)"
+        )
+    targets, blocked = plan_targets(kube, pods)
+    if not targets:
+        raise CliError(explain_blocked(summary, stage, blocked))
+    for line in blocked:
+        io.err.write(f"skipping {line}\n")
+    follow_logs(kube, targets, follow=not args.no_follow, tail=args.tail, out=io.out)
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Kube, Io], int]] = {
+    "status": cmd_status,
+    "list": cmd_list,
+    "audit": cmd_audit,
+    "approve": cmd_approve,
+    "retry": cmd_retry,
+    "logs": cmd_logs,
+}
+
+
+def main(
+    argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    io = Io(out or sys.stdout, err or sys.stderr)
+    args = build_parser().parse_args(argv)
+    try:
+        kube = Kube.connect(
+            getattr(args, "kubeconfig", None),
+            getattr(args, "context", None),
+            getattr(args, "namespace", None),
+        )
+        return COMMANDS[args.command](args, kube, io)
+    except CliError as exc:
+        io.err.write(f"error: {exc.message}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
