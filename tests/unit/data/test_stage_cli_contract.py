@@ -65,3 +65,23 @@ def test_the_tokenize_command_line_parses_with_the_spec_values(example: str) -> 
     args = tokenize_parser().parse_args(module_args(argv, "dflash_trainer.data.tokenize"))
     assert args.max_seq_len == spec.tokenization.max_seq_len
     assert args.enable_thinking is spec.target.thinking
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
+def test_the_rendered_sources_and_thresholds_files_load_with_the_stages_loaders(
+    example: str,
+) -> None:
+    from dflash_operator.children.config_map import build_sources_file, build_thresholds_file
+    from dflash_trainer.data.audit.thresholds import parse_thresholds
+    from dflash_trainer.data.sources import parse_sources
+
+    spec = load_spec(example)
+    sources_doc = yaml.safe_load(yaml.safe_dump(build_sources_file(spec)))
+    sources = parse_sources(sources_doc, "sources.yaml")
+    assert [s.name for s in sources] == [s.name for s in spec.data.sources]
+    assert [s.max_samples for s in sources] == [s.max_samples for s in spec.data.sources]
+    thresholds_doc = yaml.safe_load(yaml.safe_dump(build_thresholds_file(spec)))
+    thresholds = parse_thresholds(thresholds_doc, "thresholds.yaml")
+    assert thresholds.expect_thinking is spec.target.thinking
+    assert thresholds.max_stub_rate == spec.audit.max_stub_rate
+    assert thresholds.max_loss_mask_mode_share == spec.audit.tokens.max_loss_mask_mode_share
