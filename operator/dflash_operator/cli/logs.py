@@ -23,7 +23,7 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 CONTROLLER_POD_LABELS = ("batch.kubernetes.io/job-name", "training.kubeflow.org/job-name")
 LOCAL_CLUSTER_HINT = (
     "In the local development cluster the process executor runs these pods as local "
-    "processes, and their output is in its logs: make executor-logs"
+    "processes, and their output is in its logs:"
 )
 
 
@@ -71,32 +71,45 @@ def _containers(pod: dict[str, Any]) -> list[str]:
     return [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
 
 
-def plan_targets(kube: Kube, pods: list[dict[str, Any]]) -> tuple[list[PodTarget], list[str]]:
-    """(pods whose logs can be read, one line per pod that cannot, saying why)."""
+@dataclass(frozen=True)
+class Blocked:
+    """A pod whose logs the API server cannot serve, and why."""
+
+    pod: str
+    reason: str
+    no_kubelet: bool
+
+
+def plan_targets(kube: Kube, pods: list[dict[str, Any]]) -> tuple[list[PodTarget], list[Blocked]]:
+    """(pods whose logs can be read, pods that cannot, with the reason)."""
     readable: list[PodTarget] = []
-    blocked: list[str] = []
+    blocked: list[Blocked] = []
     nodes: dict[str, dict[str, Any] | None] = {}
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         name = pod["metadata"]["name"]
         node_name = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase", "Unknown")
         if not node_name:
-            blocked.append(f"{name}: {phase}, not scheduled to a node yet")
+            blocked.append(Blocked(name, f"{phase}, not scheduled to a node yet", False))
             continue
         if node_name not in nodes:
             nodes[node_name] = kube.get_node(node_name)
         reason = no_kubelet_reason(nodes[node_name])
         if reason is not None:
-            blocked.append(f"{name} on node {node_name}: {reason}")
+            blocked.append(Blocked(name, f"on node {node_name}: {reason}", True))
             continue
         readable.append(PodTarget(name, _containers(pod)))
     return readable, blocked
 
 
-def explain_blocked(summary: RunSummary, stage: Stage, blocked: list[str]) -> str:
-    lines = "\n".join(f"  {line}" for line in blocked)
-    kwok = any(KWOK_NODE_ANNOTATION in line or "kubelet" in line for line in blocked)
-    hint = f"\n{LOCAL_CLUSTER_HINT}" if kwok else ""
+def explain_blocked(summary: RunSummary, stage: Stage, blocked: list[Blocked]) -> str:
+    lines = "\n".join(f"  {b.pod}{' ' if b.no_kubelet else ': '}{b.reason}" for b in blocked)
+    commands = [
+        f"  make executor-logs POD={summary.namespace}/{b.pod} FOLLOW=1"
+        for b in blocked
+        if b.no_kubelet
+    ]
+    hint = "\n".join(["", LOCAL_CLUSTER_HINT, *commands]) if commands else ""
     return (
         f"cannot show logs of stage {stage.value} of dflashrun {summary.name}: the API server "
         f"has no logs to serve for its pods:\n{lines}{hint}"

@@ -238,8 +238,8 @@ def cmd_logs(args: argparse.Namespace, kube: Kube, io: Io) -> int:
     targets, blocked = plan_targets(kube, pods)
     if not targets:
         raise CliError(explain_blocked(summary, stage, blocked))
-    for line in blocked:
-        io.err.write(f"skipping {line}\n")
+    for pod in blocked:
+        io.err.write(f"skipping {pod.pod}: {pod.reason}\n")
     follow_logs(kube, targets, follow=not args.no_follow, tail=args.tail, out=io.out)
     return EXIT_OK
 

@@ -43,7 +43,11 @@ def test_logs_of_pods_on_nodes_without_a_kubelet_say_so_and_point_to_the_executo
         "mid-training-train-master-0 on node cpu-0: a kwok fake node (kwok.x-k8s.io/node), kubelet port 0"
         in result.err
     )
-    assert "make executor-logs" in result.err
+    assert result.err.endswith(
+        "In the local development cluster the process executor runs these pods as local "
+        "processes, and their output is in its logs:\n"
+        f"  make executor-logs POD={plugin.namespace}/mid-training-train-master-0 FOLLOW=1\n"
+    )
 
 
 def test_logs_name_pods_that_are_not_scheduled_yet(plugin: Any) -> None:
