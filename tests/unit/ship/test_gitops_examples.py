@@ -89,6 +89,29 @@ def test_the_operator_application_installs_the_chart_of_this_repository() -> Non
     assert "skipCrds" not in source["helm"]
 
 
+def _unknown_keys(given: Any, defaults: Any, path: str) -> list[str]:
+    """Keys of `given` the chart's values do not have; an empty map there takes any key."""
+    if not isinstance(given, dict) or not isinstance(defaults, dict) or not defaults:
+        return []
+    unknown = []
+    for key, value in given.items():
+        if key not in defaults:
+            unknown.append(f"{path}{key}")
+        else:
+            unknown += _unknown_keys(value, defaults[key], f"{path}{key}.")
+    return unknown
+
+
+def test_every_value_the_operator_application_sets_exists_in_the_chart() -> None:
+    chart_values = ROOT / "charts" / "dflash-operator" / "values.yaml"
+    if not chart_values.exists():
+        pytest.skip("the chart is not in this checkout yet")
+    values = yaml.safe_load(chart_values.read_text())
+    given = application("apps/dflash-operator.yaml")["spec"]["source"]["helm"]["valuesObject"]
+
+    assert _unknown_keys(given, values, "") == []
+
+
 @pytest.mark.parametrize("path", runs(), ids=lambda p: p.name)
 def test_each_run_in_the_folder_is_a_valid_dflashrun(path: Path) -> None:
     manifest = yaml.safe_load(path.read_text())
