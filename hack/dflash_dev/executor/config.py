@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_dev.errors import DevError
-from dflash_dev.nodes import POOL_LABEL
 
 EXECUTOR_LABEL = "dflash.dev/executor"
 EXECUTOR_VALUE = "local"
 # Two executors (the developer's and a test session's) can serve one cluster; each labels its
 # nodes with its own instance name so a test can pin its pods to its own executor.
 INSTANCE_LABEL = "dflash.dev/executor-instance"
-LOCAL_POOL = "local"
-POOL = POOL_LABEL
+LOCAL_POOL = "local"  # the value of dflash_dev.nodes.POOL_LABEL on executor nodes
 TAINT = {"key": EXECUTOR_LABEL, "value": EXECUTOR_VALUE, "effect": "NoSchedule"}
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 # Written on each Lease so a second executor can tell that a node is already served.
@@ -34,6 +32,7 @@ DEFAULT_NODES = 2
 # The node's address, and what a pod sees as its hostIP.
 HOST_IP = "127.0.0.1"
 READY_FILE = "executor.json"
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 
 
@@ -100,9 +99,6 @@ class ExecutorConfig:
             raise DevError(
                 f"--backoff {self.backoff_initial}/{self.backoff_max}: need 0 < initial <= max"
             )
-
-
-LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 def ready_file(state_dir: Path) -> Path:

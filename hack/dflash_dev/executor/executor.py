@@ -35,7 +35,7 @@ WATCH_SECONDS = 30
 RESYNC_SECONDS = 60.0
 RETRY_SECONDS = 1.0
 TICK_SECONDS = 1.0
-WORKER_JOIN_SECONDS = SHUTDOWN_JOIN_SECONDS = 15.0
+SHUTDOWN_JOIN_SECONDS = 15.0  # pod workers stop their processes (5 s grace each) in parallel
 TERMINAL = ("Succeeded", "Failed")
 
 

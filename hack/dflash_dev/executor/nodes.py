@@ -11,11 +11,12 @@ import os
 import platform
 import shutil
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from dflash_dev.errors import DevError
+from dflash_dev.nodes import POOL_LABEL
 
 from .config import (
     EXECUTOR_LABEL,
@@ -24,7 +25,6 @@ from .config import (
     INSTANCE_LABEL,
     LOCAL_POOL,
     NOT_READY_TAINT,
-    POOL,
     TAINT,
     ExecutorConfig,
 )
@@ -117,7 +117,7 @@ def build_node(cfg: ExecutorConfig, name: str, kubernetes_version: str) -> Obj:
             "labels": {
                 EXECUTOR_LABEL: EXECUTOR_VALUE,
                 INSTANCE_LABEL: cfg.instance,
-                POOL: LOCAL_POOL,
+                POOL_LABEL: LOCAL_POOL,
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": ARCH.get(platform.machine(), platform.machine()),
@@ -202,7 +202,7 @@ class NodeKeeper:
                 except Exception as exc:  # keep beating: one failed call is not fatal
                     if is_status(exc, 404):
                         log.warning("node %s disappeared; registering it again", name)
-                        self._safely(lambda n=name: self._reregister(n))
+                        self._safely(self._reregister, name)
                     else:
                         log.warning("heartbeat of node %s failed: %s", name, exc)
             if since_status >= NODE_STATUS_SECONDS:
@@ -212,17 +212,17 @@ class NodeKeeper:
         """Mark every node NotReady and unschedulable, or delete it (`--delete-nodes-on-exit`)."""
         for name in self.registered:
             if self.cfg.delete_nodes_on_exit:
-                self._safely(lambda n=name: self.kube.delete(f"/api/v1/nodes/{n}"))
-                self._safely(lambda n=name: self.kube.delete(self._lease_path(n)))
+                self._safely(self.kube.delete, f"/api/v1/nodes/{name}")
             else:
-                self._safely(lambda n=name: self._post_status(n, ready=False))
-                self._safely(lambda n=name: self._set_taints(n, ready=False))
-                self._safely(lambda n=name: self.kube.delete(self._lease_path(n)))
+                self._safely(self._post_status, name, False)
+                self._safely(self._set_taints, name, False)
+            self._safely(self.kube.delete, self._lease_path(name))
 
     # ------------------------------------------------------------------ internals
-    def _safely(self, call: Any) -> None:
+    def _safely(self, call: Callable[..., object], *args: object) -> None:
+        """Best effort: shutdown and re-registration go on past one failed call."""
         try:
-            call()
+            call(*args)
         except Exception as exc:
             if not is_status(exc, 404):
                 log.warning("node bookkeeping failed: %s", exc)

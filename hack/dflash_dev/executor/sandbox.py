@@ -88,8 +88,6 @@ class Sandbox:
         a path); longer paths win, so /data/cache maps before /data.
         """
         mapping = self.path_map()
-        if not mapping:
-            return value
         ordered = sorted(mapping, key=len, reverse=True)
         pattern = re.compile(
             r"(?<![\w.\-/])("

@@ -144,8 +144,11 @@ class PodWorker:
             return
         self.ip = self.ctx.ips.acquire()
         was_running = (self._pod.get("status") or {}).get("phase") == "Running"
-        if was_running and self._lost_process_ends_pod():
-            return
+        if was_running:
+            if self._lost_process_ends_pod():
+                return
+        else:
+            self._report(waiting("ContainerCreating"), phase="Pending")
         prepared = self._prepare(None)
         crashes = 0  # consecutive restarts in this back-off window
         while True:

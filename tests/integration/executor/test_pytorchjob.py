@@ -55,15 +55,15 @@ def test_two_pytorchjobs_on_the_same_port_both_all_reduce_over_gloo_and_succeed(
     # Both masters declare port 23456 and torch's TCPStore listens on the wildcard address:
     # only the executor's per-pod rendezvous port keeps them apart.
     executor.apply(namespace, pytorchjob(executor, "ddp-a"), pytorchjob(executor, "ddp-b"))
-    for job in ("ddp-a", "ddp-b"):
-        try:
-            wait_for(
-                f"{job} to succeed", lambda j=job: succeeded(executor, namespace, j), JOB_SECONDS
-            )
-        except AssertionError as exc:
-            raise AssertionError(
-                f"{exc}\n{executor.describe(namespace, f'{job}-worker-0')}"
-            ) from None
+
+    def both_succeeded() -> bool:
+        return all(succeeded(executor, namespace, job) for job in ("ddp-a", "ddp-b"))
+
+    try:
+        wait_for("both PyTorchJobs to succeed", both_succeeded, JOB_SECONDS)
+    except AssertionError as exc:
+        stories = [executor.describe(namespace, f"{job}-worker-0") for job in ("ddp-a", "ddp-b")]
+        raise AssertionError("\n".join([str(exc), *stories])) from None
     for job in ("ddp-a", "ddp-b"):
         master = executor.get_pod(namespace, f"{job}-master-0")
         worker = executor.get_pod(namespace, f"{job}-worker-0")

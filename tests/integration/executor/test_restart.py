@@ -45,12 +45,12 @@ def test_after_an_executor_crash_lost_pods_restart_or_fail_per_their_policy(
         ex.wait_phase(namespace, name, "Running")
     pids = [pid_in_log(ex, namespace, name) for name in ("never", "onfailure")]
     ex.crash()
+    ex.start_again()
     wait_for(
-        "the pods' processes to die with the executor (no orphans)",
+        "no process of the crashed executor's pods to be left (no orphans)",
         lambda: all(procs.process_start_ticks(pid) is None for pid in pids),
         10,
     )
-    ex.start_again()
     failed = ex.wait_phase(namespace, "never", "Failed")
     assert failed["status"]["reason"] == "ExecutorRestarted"
     assert container_state(failed)["terminated"]["reason"] == "ExecutorRestarted"
