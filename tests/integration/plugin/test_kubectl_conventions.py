@@ -115,3 +115,14 @@ def test_an_unreachable_api_server_is_named_in_the_error(plugin: Any, tmp_path: 
 
     assert result.returncode == 1
     assert "error: cannot reach the Kubernetes API server at https://127.0.0.1:9" in result.stderr
+
+
+def test_kubectl_flags_work_before_the_command_too(plugin: Any) -> None:
+    plugin.create_run("mid-training", "training")
+
+    result = kubectl(
+        plugin, "dflash", "-n", plugin.namespace, "status", "mid-training", "-o", "yaml"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "phase: Training" in result.stdout
