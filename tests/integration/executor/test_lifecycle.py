@@ -126,3 +126,23 @@ def test_a_killed_process_is_restarted_by_on_failure_like_a_crashed_container(
     assert last["exitCode"] == 137
     assert pod_now["status"]["phase"] == "Running"
     assert Path(executor.state_dir / "pods" / namespace / "crashy").exists()
+
+
+def test_a_pod_deleted_while_it_waits_for_a_missing_secret_is_removed_at_once(
+    executor: LocalExecutor, namespace: str
+) -> None:
+    env = [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "nowhere", "key": "k"}}}]
+    executor.apply(
+        namespace, executor.pod("waiting", ["python", "-c", "pass"], container={"env": env})
+    )
+    executor.wait_until(
+        "the pod to wait for its Secret",
+        namespace,
+        "waiting",
+        lambda p: (
+            "waiting" in container_state(p)
+            and container_state(p)["waiting"]["reason"] == "CreateContainerConfigError"
+        ),
+    )
+    executor.cluster.kubectl("delete", "pod", "waiting", "-n", namespace, "--wait=false")
+    executor.wait_gone(namespace, "waiting", timeout=10)  # no grace period to wait out

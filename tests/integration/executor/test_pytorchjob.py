@@ -72,3 +72,8 @@ def test_two_pytorchjobs_on_the_same_port_both_all_reduce_over_gloo_and_succeed(
             assert terminated["message"] == "3"  # 1 + 2: both ranks of this job took part
         assert "rank 1 of 2: sum 3" in executor.logs(namespace, f"{job}-worker-0")
         assert master["status"]["podIP"] != worker["status"]["podIP"]
+        # The worker's init container (it waits for the master's DNS name) is skipped, and
+        # reported completed so that the pod is Initialized.
+        assert worker["spec"].get("initContainers"), "training-operator added no init container"
+        for init in worker["status"]["initContainerStatuses"]:
+            assert init["state"]["terminated"]["reason"] == "Completed"
