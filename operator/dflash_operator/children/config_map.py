@@ -23,8 +23,6 @@ PROGRESS_PATCH_SECONDS = 30
 # The evaluation needs at least the bonus token and one drafted token per prompt.
 MIN_EVAL_NEW_TOKENS = 2
 _STRATEGIES = {Strategy.DDP: "ddp", Strategy.FSDP: "fsdp2"}
-# spec.audit keys that are not thresholds.
-_AUDIT_NON_THRESHOLDS = {"nodePool", "prompts", "completions", "tokens"}
 
 
 def build_sources_file(spec: DFlashRunSpec) -> dict[str, Any]:
@@ -32,13 +30,8 @@ def build_sources_file(spec: DFlashRunSpec) -> dict[str, Any]:
 
 
 def build_thresholds_file(spec: DFlashRunSpec) -> dict[str, Any]:
-    """The gates' thresholds as one flat camelCase mapping (the trainer's `Thresholds`)."""
-    audit = spec.audit.to_api()
-    flat = {k: v for k, v in audit.items() if k not in _AUDIT_NON_THRESHOLDS}
-    for gate in ("prompts", "completions", "tokens"):
-        flat.update(audit.get(gate) or {})
-    flat["expectThinking"] = spec.target.thinking
-    return {"audit": flat}
+    """The gates' thresholds, flat, as the trainer's `Thresholds` reads them."""
+    return spec.audit.thresholds_file(expect_thinking=spec.target.thinking)
 
 
 def _layer_types(spec: DFlashRunSpec) -> list[str] | None:

@@ -142,6 +142,8 @@ def plan(inp: PlanInput) -> Plan:
         return draft.finish()
     ctx = StageContext(run, spec, build_run_root(spec.storage, run), placements, inp.settings)
     _initial_conditions(draft, stages)
+    if not spec.regeneration.enabled:
+        _skip(draft, Stage.REGEN, "regeneration.enabled is false: the sources are regenerated completions")
     for child in observed.children:
         if not child.deleting and child.stage is not None:
             draft.record_child(child)
@@ -191,8 +193,6 @@ def _walk(
 ) -> Stage | None:
     """Advance through the stages; returns the stage the run is in (None once all are done)."""
     for stage in stages:
-        if stage == Stage.REGEN and not ctx.spec.regeneration.enabled:
-            continue
         state = stage_state(draft, stage)
         stepped = state in (StageState.PENDING, StageState.RUNNING)
         if stepped and not _step(ctx, draft, stage, state, observed):
@@ -208,6 +208,13 @@ def _walk(
             return stage
     _succeed(draft, ctx.spec.evaluation.enabled)
     return None
+
+
+def _skip(draft: Draft, stage: Stage, why: str) -> None:
+    condition = draft.condition(STAGE_CONDITIONS[stage])
+    if condition is None or condition.reason != Reason.STAGE_SKIPPED.value:
+        message = Reason.STAGE_SKIPPED.message(stage=stage.value, why=why)
+        draft.set_condition(STAGE_CONDITIONS[stage], ConditionStatus.TRUE, Reason.STAGE_SKIPPED, message)
 
 
 def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[Approval]) -> bool:
@@ -325,7 +332,7 @@ def _apply_retry(
     observed: Observed,
 ) -> None:
     """Reset the named (or current) stage and everything after it; stop what still runs."""
-    active = [s for s in stages if not (s == Stage.REGEN and not ctx.spec.regeneration.enabled)]
+    active = list(stages)
     current = next((s for s in active if stage_state(draft, s) != StageState.DONE), None)
     if current is None:
         return

@@ -1,0 +1,312 @@
+"""Builders of the run's children: placement from the pool, GPUs and extra resources, S3
+credentials by reference only, non-root read-only pods, PyTorchJob shape, RBAC, config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from dflash_operator.api.constants import Stage
+from dflash_operator.api.validation import parse_spec
+from dflash_operator.children import commands
+from dflash_operator.children.config_map import build_config_map
+from dflash_operator.children.meta import RunRef
+from dflash_operator.children.rbac import build_trainer_access
+from dflash_operator.plan.placement import place_stages
+from dflash_operator.plan.stages import (
+    PlanSettings,
+    StageContext,
+    build_cleanup_child,
+    build_pipeline,
+    build_stage_child,
+)
+from dflash_operator.pools import PoolsConfig
+
+RUN = RunRef("r1", "ml", "uid-1")
+ROOT = "s3://artifacts/dflash/ml/r1/uid-1"
+
+
+@pytest.fixture
+def build(
+    pools: PoolsConfig, make_spec: Callable[..., dict[str, Any]]
+) -> Callable[..., dict[str, Any]]:
+    def make(
+        stage: Stage, attempt: int = 1, suspend: bool = False, **overrides: Any
+    ) -> dict[str, Any]:
+        spec = parse_spec(make_spec(**overrides))
+        placements, errors = place_stages(spec, (*build_pipeline(spec), Stage.CLEANUP), pools)
+        assert not errors
+        ctx = StageContext(
+            RUN,
+            spec,
+            ROOT,
+            placements,
+            PlanSettings(regen_image="regen:1", trainer_image="trainer:1"),
+        )
+        if stage == Stage.CLEANUP:
+            return build_cleanup_child(ctx)
+        return build_stage_child(ctx, stage, attempt, suspend)
+
+    return make
+
+
+def pod_spec(manifest: dict[str, Any], replica: str = "Master") -> dict[str, Any]:
+    if manifest["kind"] == "PyTorchJob":
+        return dict(manifest["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"])
+    return dict(manifest["spec"]["template"]["spec"])
+
+
+def env_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in pod_spec(manifest)["containers"][0]["env"]
+    }
+
+
+def test_regeneration_is_an_indexed_job_with_one_index_per_shard_on_the_b200_pool(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(
+        Stage.REGEN,
+        regeneration={"shards": 64, "parallelism": 8, "retriesPerShard": 3, "tensorParallel": 2},
+    )
+    spec = job["spec"]
+    assert (
+        spec["completionMode"],
+        spec["completions"],
+        spec["parallelism"],
+        spec["backoffLimitPerIndex"],
+    ) == ("Indexed", 64, 8, 3)
+    pod = pod_spec(job)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-B200"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2", "rdma/ib": "1"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["image"] == "regen:1"
+    assert container["args"][:3] == ["python3", "-m", "dflash_trainer.data.regenerate"]
+    assert container["args"][container["args"].index("--shards") + 1] == "64"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+
+
+def test_stage_pods_get_s3_credentials_only_as_secret_references(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    env = env_of(
+        build(
+            Stage.TOKENIZE,
+            storage={
+                "bucket": "bkt",
+                "endpoint": "http://s3.local:8333",
+                "pathStyle": True,
+                "credentialsSecretRef": {"name": "creds", "accessKeyIdKey": "id"},
+            },
+        )
+    )
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "creds", "key": "id"}}
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "creds", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert env["AWS_ENDPOINT_URL"] == "http://s3.local:8333"
+    assert env["DFLASH_S3_PATH_STYLE"] == "true"
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [
+        Stage.REGEN,
+        Stage.AUDIT_COMPLETIONS,
+        Stage.TOKENIZE,
+        Stage.AUDIT_TOKENS,
+        Stage.TRAIN,
+        Stage.EVAL,
+        Stage.CLEANUP,
+    ],
+)
+def test_every_stage_pod_runs_as_non_root_with_a_read_only_root(
+    build: Callable[..., dict[str, Any]], stage: Stage
+) -> None:
+    pod = pod_spec(build(stage))
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is (stage == Stage.TRAIN)
+    assert pod["enableServiceLinks"] is False
+
+
+def test_audits_and_tokenization_run_on_the_cpu_pool_without_gpus(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    for stage in (Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE, Stage.AUDIT_TOKENS):
+        pod = pod_spec(build(stage))
+        assert pod["nodeSelector"] == {"dflash.dev/node-pool": "cpu"}
+        assert "resources" not in pod["containers"][0]
+
+
+def test_an_audit_job_never_retries_a_failed_gate_or_bad_input(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(Stage.AUDIT_COMPLETIONS)
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [2, 3]}}
+    args = pod_spec(job)["containers"][0]["args"]
+    assert args[args.index("--gate") + 1] == "completions"
+    assert args[args.index("--thresholds") + 1] == "/etc/dflash/thresholds.yaml"
+
+
+def test_training_is_a_pytorchjob_with_a_master_and_workers_on_the_rtx_pool(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(Stage.TRAIN, training={"nodes": 3, "maxRestarts": 5})
+    spec = job["spec"]
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert spec["nprocPerNode"] == "4"
+    assert spec["runPolicy"]["backoffLimit"] == 5
+    assert spec["runPolicy"]["suspend"] is False
+    assert spec["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert spec["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "OnFailure"
+    pod = pod_spec(job, "Worker")
+    container = pod["containers"][0]
+    assert container["name"] == "pytorch"
+    assert container["ports"][0]["name"] == "pytorchjob-port"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["serviceAccountName"] == "r1-trainer"
+    env = env_of(job)
+    assert env["DFLASH_RUN_NAME"] == "r1" and env["DFLASH_RUN_NAMESPACE"] == "ml"
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert pod_spec(job)["containers"][0]["args"][:5] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--module",
+        "dflash_trainer.train",
+    ]
+    assert any(v["name"] == "dshm" and v["emptyDir"]["medium"] == "Memory" for v in pod["volumes"])
+
+
+def test_a_single_node_training_job_has_no_workers(build: Callable[..., dict[str, Any]]) -> None:
+    job = build(Stage.TRAIN, training={"nodes": 1, "gpusPerNode": 2})
+    assert "Worker" not in job["spec"]["pytorchReplicaSpecs"]
+    assert job["spec"]["nprocPerNode"] == "2"
+
+
+def test_a_suspended_run_builds_suspended_children(build: Callable[..., dict[str, Any]]) -> None:
+    assert build(Stage.REGEN, suspend=True)["spec"]["suspend"] is True
+    assert build(Stage.TRAIN, suspend=True)["spec"]["runPolicy"]["suspend"] is True
+
+
+def test_retries_get_a_new_name_and_attempt_label(build: Callable[..., dict[str, Any]]) -> None:
+    job = build(Stage.AUDIT_TOKENS, attempt=3)
+    assert job["metadata"]["name"] == "r1-audit-tokens-3"
+    assert job["metadata"]["labels"]["dflash.dev/attempt"] == "3"
+    assert pod_spec(job)["containers"][0]["env"]  # pods are labelled too
+    assert job["spec"]["template"]["metadata"]["labels"]["dflash.dev/attempt"] == "3"
+
+
+def test_spec_values_cannot_expand_environment_variables_in_args(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(
+        Stage.REGEN,
+        regeneration={"engineArgs": {"extra": {"swap-space": "$(AWS_SECRET_ACCESS_KEY)"}}},
+    )
+    args = pod_spec(job)["containers"][0]["args"]
+    assert "swap-space=$$(AWS_SECRET_ACCESS_KEY)" in args
+    assert all("$(" not in arg.replace("$$(", "") for arg in args)
+    assert commands.escape("a$b") == "a$$b"
+
+
+def test_pvc_sources_are_mounted_read_only_and_passed_as_local_paths(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(Stage.TOKENIZE, target={"model": "pvc://models/qwen3-8b"})
+    pod = pod_spec(job)
+    assert {
+        "name": "pvc-0",
+        "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+    } in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/mnt/pvc/models/qwen3-8b"
+
+
+def test_the_cleanup_job_outlives_its_run_and_deletes_itself_later(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(Stage.CLEANUP)
+    assert "ownerReferences" not in job["metadata"]
+    assert job["spec"]["ttlSecondsAfterFinished"] == 3600
+    volume = next(v for v in pod_spec(job)["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["optional"] is True
+
+
+def test_the_trainer_may_get_and_patch_its_own_runs_status_and_nothing_else() -> None:
+    account, role, binding = build_trainer_access(RUN)
+    assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "r1-trainer"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["dflash.dev"],
+            "resources": ["dflashruns/status"],
+            "resourceNames": ["r1"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    assert binding["roleRef"]["name"] == "r1-trainer"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "r1-trainer", "namespace": "ml"}
+    ]
+    for obj in (account, role, binding):
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_the_config_map_holds_every_file_the_stages_read(
+    make_spec: Callable[..., dict[str, Any]],
+) -> None:
+    spec = parse_spec(make_spec(
+        target={"model": "Qwen/Qwen3-8B", "thinking": False, "chatTemplate": "{{ messages }}"},
+        drafter={"numLayers": 5, "slidingWindow": {"size": 2048, "layers": 4}},
+        training={"nodes": 1, "strategy": "fsdp", "learningRate": 0.001},
+    ))  # fmt: skip
+    config = build_config_map(RUN, spec, ROOT)
+    data = config["data"]
+    assert set(data) == {
+        "sources.yaml",
+        "thresholds.yaml",
+        "train.yaml",
+        "eval.yaml",
+        "chat_template.jinja",
+    }
+    assert yaml.safe_load(data["sources.yaml"])["sources"][0]["name"] == "chat"
+    assert yaml.safe_load(data["thresholds.yaml"])["expectThinking"] is False
+    train = yaml.safe_load(data["train.yaml"])
+    assert train["run_root"] == ROOT
+    assert train["distributed"]["strategy"] == "fsdp2"
+    assert train["optim"]["lr"] == 0.001
+    assert train["drafter"]["layer_types"] == ["sliding_attention"] * 4 + ["full_attention"]
+    assert yaml.safe_load(data["eval.yaml"])["drafter_uri"] == f"{ROOT}/final"
+    assert config["metadata"]["annotations"]["dflash.dev/config-hash"]
+
+
+def test_the_config_hash_changes_with_the_thresholds_only_when_they_change(
+    make_spec: Callable[..., dict[str, Any]],
+) -> None:
+    one = build_config_map(RUN, parse_spec(make_spec()), ROOT)["metadata"]["annotations"]
+    same = build_config_map(RUN, parse_spec(make_spec()), ROOT)["metadata"]["annotations"]
+    other = build_config_map(RUN, parse_spec(make_spec(audit={"maxStubRate": 0.5})), ROOT)[
+        "metadata"
+    ]["annotations"]
+    assert one == same
+    assert one != other

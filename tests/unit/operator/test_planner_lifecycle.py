@@ -1,0 +1,388 @@
+"""Failures, suspend/resume, terminal states, crash safety and invalid runs in the planner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from dflash_operator.plan.actions import CreateChild, DeleteChild, SetSuspend
+from dflash_operator.plan.observed import CreateFailure, PodView, Termination
+
+REGEN = {"samples": 10}
+PASS = {"verdict": "pass"}
+
+
+def training(sim: Callable[..., Any], **kwargs: Any) -> Any:
+    world = sim(**kwargs)
+    world.step()
+    for name, result in (
+        ("r1-regen", REGEN),
+        ("r1-audit-completions", PASS),
+        ("r1-tokenize", {}),
+        ("r1-audit-tokens", PASS),
+    ):
+        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
+        world.settle()
+    assert world.status["phase"] == "Training"
+    return world
+
+
+def suspend(value: bool) -> Callable[[dict[str, Any]], None]:
+    def change(body: dict[str, Any]) -> None:
+        body["spec"]["suspend"] = value
+        body["metadata"]["generation"] += 1
+
+    return change
+
+
+# --- failures --------------------------------------------------------------------------------------
+def test_training_that_exhausts_its_restarts_fails_the_run_with_the_last_pod_failure(
+    sim: Callable[..., Any],
+) -> None:
+    world = training(sim)
+    job = world.child("r1-train")
+    world.children[("PyTorchJob", "r1-train")] = replace(
+        job,
+        finished=replace(
+            job.finished,
+            done=True,
+            ok=False,
+            message="PyTorchJobFailed: Job r1-train has failed because it has reached the specified backoff limit",
+        ),
+    )
+    crash = Termination(
+        exit_code=1, reason="Error", message="CUDA error: out of memory", finished_at=world.now
+    )
+    world.pods.append(
+        PodView(
+            name="r1-train-master-0",
+            uid="p1",
+            owner_name="r1-train",
+            phase="Running",
+            restarts=3,
+            last_failure=crash,
+            replica_type="master",
+        )
+    )
+    world.step()
+
+    failed = world.condition("Failed")
+    assert world.status["phase"] == "Failed"
+    assert failed["reason"] == "RetriesExhausted"
+    assert "train failed 4 times (limit 3)" in failed["message"]
+    assert "pod r1-train-master-0 exited 1 (Error): CUDA error: out of memory" in failed["message"]
+    assert world.condition("Trained")["status"] == "False"
+    assert ("RetriesExhausted", failed["message"]) in world.events()
+
+
+def test_regeneration_failure_names_the_failed_shards(sim: Callable[..., Any]) -> None:
+    world = sim()
+    world.step()
+    world.finish(
+        "r1-regen",
+        ok=False,
+        result={"stage": "regenerate", "ok": False, "message": "vLLM engine died"},
+        message="FailedIndexes: Job has failed indexes",
+    )
+    world.children[("Job", "r1-regen")] = replace(world.child("r1-regen"), failed_indexes="1,3")
+    world.step()
+
+    message = world.condition("Failed")["message"]
+    assert "shards 1,3 failed" in message
+    assert "vLLM engine died" in message
+    assert "dflash.dev/retry" in message
+
+
+def test_bad_input_fails_the_stage_without_calling_it_exhausted_retries(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.finish(
+        "r1-regen",
+        ok=False,
+        exit_code=2,
+        message="PodFailurePolicy: Container regenerate exited with 2",
+        result={"message": "sources.yaml: unknown format"},
+    )
+    world.step()
+
+    assert world.condition("Failed")["reason"] == "StageFailed"
+    assert "regen failed on attempt 1" in world.condition("Failed")["message"]
+
+
+def test_a_failed_run_is_terminal_and_creates_nothing_more(sim: Callable[..., Any]) -> None:
+    world = sim()
+    world.step()
+    world.finish("r1-regen", ok=False)
+    world.step()
+    world.children.clear()
+    again = world.step()
+
+    assert again.actions == () and again.events == ()
+    assert world.status["phase"] == "Failed"
+
+
+def test_a_retry_of_a_failed_run_starts_a_new_attempt_of_the_failed_stage(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.finish("r1-regen", ok=False)
+    world.step()
+    world.step(lambda body: body["metadata"]["annotations"].update({"dflash.dev/retry": "now"}))
+
+    assert world.created == ["r1-regen", "r1-regen-2"]
+    assert world.status["phase"] == "Regenerating"
+    assert world.condition("Failed")["status"] == "False"
+    assert "completionTime" not in world.status
+
+
+def test_a_succeeded_run_ignores_retries_and_never_recreates_children(
+    sim: Callable[..., Any],
+) -> None:
+    world = training(sim)
+    world.finish("r1-train", result={"finalUri": "s3://a/final"}, pods=2)
+    world.settle()
+    world.finish("r1-eval", result={"acceptanceLength": 5.0})
+    world.settle()
+    assert world.status["phase"] == "Succeeded"
+    world.children.clear()
+    world.step(lambda body: body["metadata"]["annotations"].update({"dflash.dev/retry": "train"}))
+
+    assert world.plans[-1].actions == ()
+    assert world.status["phase"] == "Succeeded"
+    assert world.created.count("r1-train") == 1
+
+
+def test_finished_children_are_deleted_once_the_ttl_expires(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = training(sim, spec=make_spec(ttlSecondsAfterFinished=600))
+    world.finish("r1-train", result={}, pods=2)
+    world.settle()
+    world.finish("r1-eval", result={"acceptanceLength": 5.0})
+    world.settle()
+    waiting = world.step()
+    assert waiting.actions == ()
+    assert 590 < (waiting.requeue_after or 0) <= 600
+
+    world.now += timedelta(seconds=601)
+    world.step()
+    deleted = {a.name for a in world.actions[-1] if isinstance(a, DeleteChild)}
+    assert deleted == {
+        "r1-regen",
+        "r1-audit-completions",
+        "r1-tokenize",
+        "r1-audit-tokens",
+        "r1-train",
+        "r1-eval",
+    }
+    assert world.status["phase"] == "Succeeded"
+    assert world.step().actions == ()
+
+
+# --- suspend -----------------------------------------------------------------------------------------
+def test_suspending_mid_training_suspends_the_pytorchjob(sim: Callable[..., Any]) -> None:
+    world = training(sim)
+    result = world.step(suspend(True))
+    assert world.plans[-1] is result
+
+    assert world.actions[-1] == (SetSuspend("PyTorchJob", "r1-train", True),)
+    assert world.child("r1-train").suspended
+    assert world.status["phase"] == "Suspended"
+    assert world.condition("Suspended")["status"] == "True"
+    assert "train is stopped" in world.condition("Suspended")["message"]
+    assert any(e.reason == "Suspended" for e in result.events)
+
+
+def test_resuming_continues_the_same_training_child_from_its_checkpoint(
+    sim: Callable[..., Any],
+) -> None:
+    world = training(sim)
+    world.step(suspend(True))
+    world.body["status"]["checkpoint"] = {"uri": "s3://a/checkpoints/step-000000400", "step": 400}
+    result = world.step(suspend(False))
+
+    assert not world.child("r1-train").suspended
+    assert world.status["phase"] == "Training"
+    assert world.created.count("r1-train") == 1
+    assert world.condition("Suspended")["reason"] == "Resumed"
+    reasons = [e.reason for e in result.events]
+    assert "TrainingResumed" in reasons
+    assert any("step 400" in e.message for e in result.events)
+
+
+def test_a_run_suspended_before_it_starts_creates_no_child(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = sim(spec=make_spec(suspend=True))
+    world.step()
+
+    assert world.created == []
+    assert world.status["phase"] == "Suspended"
+    world.step(suspend(False))
+    assert world.created == ["r1-regen"]
+
+
+def test_a_run_suspended_between_stages_starts_the_next_stage_only_on_resume(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.step(suspend(True))
+    world.finish("r1-regen", result=REGEN, pods=4)
+    world.step()
+    assert "r1-audit-completions" not in world.created
+    assert world.status["phase"] == "Suspended"
+    world.step(suspend(False))
+    assert world.created[-1] == "r1-audit-completions"
+
+
+# --- crash safety ------------------------------------------------------------------------------------
+def test_a_child_created_but_not_recorded_is_adopted_not_duplicated(
+    sim: Callable[..., Any], make_body: Callable[..., Any], pools: Any
+) -> None:
+    world = sim()
+    world.step()
+    # The operator died after creating the Job and before writing status: forget the status.
+    world.body["status"] = {}
+    result = world.step()
+
+    assert not any(isinstance(a, CreateChild) for a in result.actions)
+    assert world.created == ["r1-regen"]
+    assert world.status["attempts"] == {"regen": 1}
+    assert world.status["phase"] == "Regenerating"
+
+
+def test_a_child_deleted_behind_the_operators_back_is_recreated_with_a_warning(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    old_uid = world.child("r1-regen").uid
+    del world.children[("Job", "r1-regen")]
+    result = world.step()
+
+    assert world.created == ["r1-regen", "r1-regen"]
+    assert world.child("r1-regen").uid != old_uid
+    assert any(e.reason == "ChildLost" and e.type == "Warning" for e in result.events)
+
+
+def test_children_of_an_earlier_run_with_the_same_name_are_ignored(sim: Callable[..., Any]) -> None:
+    world = sim()
+    world.step()
+    world.children = {k: replace(v, owner_uid="an-older-run") for k, v in world.children.items()}
+    world.body["status"] = {}
+    world.step()
+
+    assert any(isinstance(a, CreateChild) and a.name == "r1-regen" for a in world.actions[-1])
+
+
+@pytest.mark.parametrize(("permanent", "phase"), [(True, "Failed"), (False, "Regenerating")])
+def test_a_child_that_cannot_be_created_fails_the_run_only_when_retrying_cannot_help(
+    sim: Callable[..., Any], make_body: Callable[..., Any], pools: Any, permanent: bool, phase: str
+) -> None:
+    from dflash_operator.plan.observed import Observed
+    from dflash_operator.plan.planner import PlanInput, plan
+    from dflash_operator.plan.stages import PlanSettings
+
+    failure = CreateFailure(
+        "Job", "r1-regen", 'Job.batch "r1-regen" is invalid: spec.completions', permanent=permanent
+    )
+    world = sim()
+    result = plan(
+        PlanInput(
+            make_body(), Observed(create_failures=(failure,)), pools, PlanSettings(), world.now
+        )
+    )
+
+    assert result.status.phase is not None and result.status.phase.value == phase
+    assert not any(isinstance(a, CreateChild) and a.name == "r1-regen" for a in result.actions)
+    assert any(e.reason == "ChildCreateFailed" for e in result.events)
+
+
+# --- invalid runs --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("overrides", "reason", "words"),
+    [
+        (
+            {"training": {"nodePool": "h100"}},
+            "UnknownNodePool",
+            ["spec.training.nodePool=h100", "b200, cpu, rtx-pro-6000"],
+        ),
+        (
+            {"regeneration": {"nodePool": "gpu-xl"}},
+            "UnknownNodePool",
+            ["spec.regeneration.nodePool=gpu-xl"],
+        ),
+        (
+            {"training": {"gpusPerNode": 8}},
+            "InvalidSpec",
+            ["spec.training.gpusPerNode=8", "rtx-pro-6000 has 4 GPUs per node"],
+        ),
+        (
+            {"regeneration": {"tensorParallel": 3}},
+            "InvalidSpec",
+            ["spec.regeneration.tensorParallel=3", "1, 2, 4 or 8", "b200 has 8 GPUs"],
+        ),
+        ({"training": {"nodes": 0}}, "InvalidSpec", ["spec.training.nodes", "0"]),
+        (
+            {"storage": {"bucket": "artifacts", "secretAccessKey": "hunter2"}},
+            "InvalidSpec",
+            ["secretAccessKey is not accepted"],
+        ),
+    ],
+)
+def test_a_run_that_does_not_fit_fails_at_once_with_the_reason_and_no_child(
+    sim: Callable[..., Any],
+    make_spec: Callable[..., Any],
+    overrides: dict[str, Any],
+    reason: str,
+    words: list[str],
+) -> None:
+    world = sim(spec=make_spec(**overrides))
+    result = world.step()
+
+    assert world.created == [] and result.actions == ()
+    assert world.status["phase"] == "Failed"
+    failed = world.condition("Failed")
+    assert failed["reason"] == reason
+    for word in words:
+        assert word in failed["message"]
+    assert "hunter2" not in str(world.status)
+    assert any(e.type == "Warning" and e.reason == reason for e in result.events)
+
+
+def test_a_training_job_on_a_cpu_pool_requests_no_gpus(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = training(
+        sim, spec=make_spec(training={"nodes": 2, "nodePool": "cpu", "gpusPerNode": 2})
+    )
+    job = world.manifests[("PyTorchJob", "r1-train")]
+    assert job["spec"]["nprocPerNode"] == "2"
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert "resources" not in container or "nvidia.com/gpu" not in container["resources"].get(
+        "limits", {}
+    )
+
+
+def test_a_pod_that_died_in_place_is_reported_while_training_runs(sim: Callable[..., Any]) -> None:
+    world = training(sim)
+    crash = Termination(exit_code=137, reason="OOMKilled", finished_at=world.now)
+    world.pods.append(
+        PodView(
+            name="r1-train-worker-0",
+            uid="p2",
+            owner_name="r1-train",
+            phase="Running",
+            restarts=1,
+            last_failure=crash,
+        )
+    )
+    world.step()
+    assert "1 restarts so far" in world.condition("Trained")["message"]

@@ -1,0 +1,81 @@
+"""Runtime pieces that need no cluster: the work queue, the status patch, events."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+from dflash_operator.children.meta import RunRef
+from dflash_operator.plan.actions import Event
+from dflash_operator.runtime.events import MAX_EVENT_MESSAGE, build_event
+from dflash_operator.runtime.reconciler import build_status_patch
+from dflash_operator.runtime.workqueue import WorkQueue
+
+
+def test_a_key_added_many_times_is_processed_once() -> None:
+    queue = WorkQueue()
+    for _ in range(5):
+        queue.add("ns/a")
+    queue.add("ns/b")
+    assert [queue.get(0), queue.get(0), queue.get(0)] == ["ns/a", "ns/b", None]
+
+
+def test_a_key_added_while_processing_runs_again_after_but_never_twice_at_once() -> None:
+    queue = WorkQueue()
+    queue.add("ns/a")
+    key = queue.get(0)
+    queue.add("ns/a")
+    assert queue.get(0) is None  # still processing: not handed to a second worker
+    queue.done(key or "")
+    assert queue.get(0) == "ns/a"
+
+
+def test_failures_back_off_exponentially_and_forget_resets() -> None:
+    queue = WorkQueue(base_backoff=0.01, max_backoff=0.04)
+    delays = [queue.add_rate_limited("ns/a") for _ in range(4)]
+    assert delays == [0.01, 0.02, 0.04, 0.04]
+    queue.forget("ns/a")
+    assert queue.add_rate_limited("ns/a") == 0.01
+
+
+def test_a_delayed_key_arrives_after_its_delay() -> None:
+    queue = WorkQueue()
+    started = time.monotonic()
+    queue.add_after("ns/a", 0.05)
+    assert queue.get(timeout=1) == "ns/a"
+    assert time.monotonic() - started >= 0.05
+
+
+def test_shutdown_wakes_waiting_workers() -> None:
+    queue = WorkQueue()
+    got: list[str | None] = []
+    worker = threading.Thread(target=lambda: got.append(queue.get()))
+    worker.start()
+    queue.shutdown()
+    worker.join(2)
+    assert got == [None]
+
+
+def test_the_status_patch_holds_only_changes_and_never_the_trainers_keys() -> None:
+    old = {"phase": "Training", "message": "a", "training": {"step": 5}, "progress": "x"}
+    new = {"phase": "Training", "message": "b", "training": {"step": 1}, "checkpoint": {"step": 1}}
+    assert build_status_patch(old, new) == {"message": "b", "progress": None}
+    assert build_status_patch(new, new) == {}
+
+
+def test_an_event_names_the_run_and_keeps_messages_short() -> None:
+    run = RunRef("r1", "ml", "uid-1")
+    event = build_event(
+        run, Event("Warning", "AuditFailed", "x" * 5000), datetime(2026, 5, 1, tzinfo=UTC), "host"
+    )
+    assert event["involvedObject"] == {
+        "apiVersion": "dflash.dev/v1alpha1",
+        "kind": "DFlashRun",
+        "name": "r1",
+        "namespace": "ml",
+        "uid": "uid-1",
+    }
+    assert (event["type"], event["reason"]) == ("Warning", "AuditFailed")
+    assert len(event["message"]) == MAX_EVENT_MESSAGE
+    assert event["metadata"]["name"].startswith("r1.")
