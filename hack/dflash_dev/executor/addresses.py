@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from dflash_dev.ports import free_port
 
 from .config import HOST_IP
-from .errors import WaitInterruptedError
+from .errors import PodConfigError, WaitInterruptedError
 from .kube import Kube, Obj, is_status, namespaced
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,10 @@ POLL_SECONDS = 0.5
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class PoolExhaustedError(Exception):
-    pass
+class PoolExhaustedError(PodConfigError):
+    """No free pod IP: the pod waits (ContainerCreating) until another pod ends."""
+
+    reason = "ContainerCreating"
 
 
 class LoopbackPool:
@@ -49,10 +51,18 @@ class LoopbackPool:
         self._size = len(self._free)
         self._lock = threading.Lock()
 
-    def acquire(self) -> str:
+    def acquire(self, preferred: str | None = None) -> str:
+        """A free address; `preferred` when it is free (a pod keeps its IP across an
+        executor restart, as a pod's IP never changes in Kubernetes)."""
         with self._lock:
+            if preferred is not None and preferred in self._free:
+                self._free.remove(preferred)
+                return preferred
             if not self._free:
-                raise PoolExhaustedError(f"all {self._size} pod IPs are in use")
+                raise PoolExhaustedError(
+                    f"no free pod IP: all {self._size} addresses of --pod-cidr are in use; "
+                    "waiting for a pod to end"
+                )
             return self._free.popleft()
 
     def release(self, ip: str) -> None:

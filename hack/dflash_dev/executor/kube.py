@@ -49,10 +49,6 @@ class Kube:
     def server(self) -> str:
         return str(self.configuration.host)
 
-    @property
-    def ca_file(self) -> str | None:
-        return self.configuration.ssl_ca_cert  # type: ignore[no-any-return]
-
     def request(
         self,
         method: str,
@@ -81,9 +77,6 @@ class Kube:
 
     def create(self, path: str, body: Obj) -> Obj:
         return self.request("POST", path, body=body)
-
-    def replace(self, path: str, body: Obj) -> Obj:
-        return self.request("PUT", path, body=body)
 
     def patch(self, path: str, body: Obj, content_type: str = STRATEGIC) -> Obj:
         return self.request("PATCH", path, body=body, content_type=content_type)

@@ -116,8 +116,6 @@ def build_pod_status(
         "phase": phase,
         "hostIP": HOST_IP,
         "hostIPs": [{"ip": HOST_IP}],
-        "podIP": pod_ip,
-        "podIPs": [{"ip": pod_ip}] if pod_ip else None,
         "startTime": start_time,
         "reason": reason or None,
         "message": message or None,
@@ -140,6 +138,8 @@ def build_pod_status(
         ],
         "containerStatuses": [main, *others],
     }
+    if pod_ip:  # never cleared: a pod keeps its IP until it is deleted
+        status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
     if spec.get("initContainers"):
         status["initContainerStatuses"] = [
             _finished(c, SKIPPED_INIT_MESSAGE, "Completed") for c in spec["initContainers"]

@@ -99,8 +99,7 @@ class LocalExecutor:
             found = wait_for(what, reached, timeout)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.describe(namespace, name)}") from None
-        assert found is not None  # wait_for returns only a truthy value
-        return found
+        return found or {}  # wait_for returns only a truthy value: never {}
 
     def wait_phase(self, namespace: str, name: str, *phases: str, timeout: float = 60) -> Obj:
         return self.wait_until(

@@ -84,6 +84,7 @@ class PodWorker:
         self.last_state: Obj | None = previous.get("lastState") or None
         self.start_time: str = status.get("startTime") or now()
         self.ip: str | None = None
+        self._previous_ip: str | None = status.get("podIP")
         self._pod = pod
         self._cond = threading.Condition()
         self._deleting = bool(meta.get("deletionTimestamp"))
@@ -142,7 +143,6 @@ class PodWorker:
     def _life(self) -> None:
         if self._deleting:
             return
-        self.ip = self.ctx.ips.acquire()
         was_running = (self._pod.get("status") or {}).get("phase") == "Running"
         if was_running:
             if self._lost_process_ends_pod():
@@ -201,10 +201,11 @@ class PodWorker:
 
     def _prepare(self, sandbox: Sandbox | None) -> Prepared:
         """Resolve what a start needs; wait (reporting why) while something is missing."""
-        assert self.ip is not None
         delay = CONFIG_RETRY_INITIAL_SECONDS
         while True:
             try:
+                if self.ip is None:
+                    self.ip = self.ctx.ips.acquire(self._previous_ip)
                 prepared = prepare_start(self.ctx, self._pod, self.ip, sandbox, self._interrupted)
                 self._last_waiting = ""
                 return prepared

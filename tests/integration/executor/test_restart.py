@@ -3,6 +3,7 @@ their pods restart or fail per restartPolicy; a stopped executor's nodes go NotR
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ def test_after_an_executor_crash_lost_pods_restart_or_fail_per_their_policy(
     for name in ("never", "onfailure"):
         ex.wait_phase(namespace, name, "Running")
     pids = [pid_in_log(ex, namespace, name) for name in ("never", "onfailure")]
+    ip_before = ex.get_pod(namespace, "onfailure")["status"]["podIP"]
     ex.crash()
     ex.start_again()
     wait_for(
@@ -63,6 +65,7 @@ def test_after_an_executor_crash_lost_pods_restart_or_fail_per_their_policy(
     last = again["status"]["containerStatuses"][0]["lastState"]["terminated"]
     assert last["reason"] == "ExecutorRestarted"
     assert last["exitCode"] == 137
+    assert again["status"]["podIP"] == ip_before  # a pod's IP never changes
 
 
 def test_a_stopped_executor_leaves_its_nodes_not_ready_and_unschedulable(
@@ -84,3 +87,31 @@ def test_a_second_executor_for_the_same_nodes_is_refused_with_a_clear_error(
     prefix = own_executor.instance
     with pytest.raises(DevError, match="is served by another executor"):
         launch(own_executor.kubeconfig, tmp_path / "second", f"--node-prefix={prefix}")
+
+
+def test_when_every_pod_ip_is_taken_a_new_pod_waits_until_one_is_freed(
+    cluster: ClusterHandle, tmp_path: Path, namespace: str
+) -> None:
+    octets = f"{random.randint(100, 199)}.{random.randint(0, 255)}"
+    small = start_test_executor(
+        cluster, cluster.kubeconfig, tmp_path / "small", f"--pod-cidr=127.{octets}.0/30"
+    )  # a /30 holds two pod IPs
+    try:
+        first, second, third = (small.pod(n, ["python", "-c", SLEEP]) for n in ("a", "b", "c"))
+        small.apply(namespace, first, second)
+        for name in ("a", "b"):
+            small.wait_phase(namespace, name, "Running")
+        small.apply(namespace, third)
+        waiting = small.wait_until(
+            "the third pod to wait for an IP",
+            namespace,
+            "c",
+            lambda p: "no free pod IP" in str(container_state(p).get("waiting", {}).get("message")),
+        )
+        assert waiting["status"]["phase"] == "Pending"
+        cluster.kubectl("delete", "pod", "a", "-n", namespace, "--wait=false")
+        running = small.wait_phase(namespace, "c", "Running")
+        assert running["status"]["podIP"].startswith(f"127.{octets}.")
+    finally:
+        small.stop()
+        cluster.kubectl("delete", "node", *small.nodes, "--ignore-not-found", check=False)
