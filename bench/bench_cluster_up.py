@@ -76,11 +76,17 @@ def main() -> None:
     bases = [r[1] for r in rounds]
     peak = max(r[2] for r in rounds)
     settled = max(r[3] for r in rounds)
-    print(f"warm cluster-up: median {statistics.median(totals):.1f}s "
-          f"(rounds: {', '.join(f'{t:.1f}' for t in totals)})")
+    print(
+        f"warm cluster-up: median {statistics.median(totals):.1f}s "
+        f"(rounds: {', '.join(f'{t:.1f}' for t in totals)})"
+    )
     print(f"baseline (etcd + apiserver ready): median {statistics.median(bases):.1f}s")
-    print(f"ratio full stack / bare apiserver: {statistics.median(totals) / statistics.median(bases):.2f}x")
-    print(f"peak RSS of all components during up: {peak / 2**20:.0f} MiB; settled: {settled / 2**20:.0f} MiB")
+    print(
+        f"ratio full stack / bare apiserver: {statistics.median(totals) / statistics.median(bases):.2f}x"
+    )
+    print(
+        f"peak RSS of all components during up: {peak / 2**20:.0f} MiB; settled: {settled / 2**20:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":
