@@ -78,7 +78,6 @@ def _run(args: argparse.Namespace) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
     cfg = ExecutorConfig(
         kubeconfig=args.kubeconfig.resolve(),
         state_dir=args.state_dir.resolve(),

@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 # also catches a deletion whose event was lost while the watch was down.
 WATCH_SECONDS = 30
 RESYNC_SECONDS = 60.0
+# A failing watch (apiserver restarting) is retried at 1 s doubling to 30 s, one warning each.
 RETRY_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
 TICK_SECONDS = 1.0
 SHUTDOWN_JOIN_SECONDS = 15.0  # pod workers stop their processes (5 s grace each) in parallel
 TERMINAL = ("Succeeded", "Failed")
@@ -132,9 +134,11 @@ class Executor:
     # ------------------------------------------------------------------ pods
     def _watch_node(self, node: str) -> None:
         selector = f"spec.nodeName={node}"
+        retry = RETRY_SECONDS
         while not self.stop.is_set():
             try:
                 listing = self.kube.get("/api/v1/pods", fieldSelector=selector)
+                retry = RETRY_SECONDS
                 version = listing["metadata"]["resourceVersion"]
                 self._sync(node, listing.get("items") or [])
                 resync_at = time.monotonic() + RESYNC_SECONDS
@@ -152,8 +156,9 @@ class Executor:
                             break
             except Exception as exc:
                 if not is_status(exc, 410):  # 410: our version is too old; just list again
-                    log.warning("watch of pods on %s failed (%s); listing again", node, exc)
-                    self.stop.wait(RETRY_SECONDS)
+                    log.warning("watch of pods on %s failed (%s); again in %gs", node, exc, retry)
+                    self.stop.wait(retry)
+                    retry = min(retry * 2, RETRY_MAX_SECONDS)
 
     def _sync(self, node: str, pods: list[Obj]) -> None:
         seen = {p["metadata"]["uid"] for p in pods}

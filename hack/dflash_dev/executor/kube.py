@@ -42,6 +42,9 @@ class Kube:
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+        # Configuration() resets urllib3's logger to WARNING, which prints every retry; the
+        # executor reports failed calls itself, with what they were for.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
         self.configuration = configuration
         self._api = client.ApiClient(configuration)
 

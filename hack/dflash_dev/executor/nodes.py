@@ -175,7 +175,13 @@ class NodeKeeper:
         self.kube = kube
         self.cfg = cfg
         self.executor_id = executor_id
-        self.version = str(kube.get("/version").get("gitVersion", "v0.0.0"))
+        try:
+            self.version = str(kube.get("/version").get("gitVersion", "v0.0.0"))
+        except Exception as exc:
+            raise DevError(
+                f"cannot reach the API server at {kube.server} ({type(exc).__name__}: {exc}); "
+                f"is the cluster of {cfg.kubeconfig} up? (`make cluster-up`)"
+            ) from None
         self.registered: list[str] = []  # only these are ever updated or marked NotReady
 
     def register(self) -> None:
