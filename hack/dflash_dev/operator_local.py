@@ -113,12 +113,16 @@ def install(admin_kubeconfig: Path, *helm_args: str) -> list[dict[str, Any]]:
     return manifests
 
 
-def write_token_kubeconfig(
-    admin_kubeconfig: Path, out: Path, duration: str = TOKEN_DURATION
+def token_kubeconfig(
+    admin_kubeconfig: Path,
+    out: Path,
+    account: str = RELEASE,
+    namespace: str = NAMESPACE,
+    duration: str = TOKEN_DURATION,
 ) -> Path:
-    """A kubeconfig that authenticates as the chart's ServiceAccount (a bound token)."""
+    """A kubeconfig that authenticates as a ServiceAccount (a bound token from the API)."""
     token = kubectl(
-        admin_kubeconfig, "create", "token", RELEASE, "-n", NAMESPACE, f"--duration={duration}"
+        admin_kubeconfig, "create", "token", account, "-n", namespace, f"--duration={duration}"
     ).strip()
     admin = yaml.safe_load(admin_kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
@@ -134,9 +138,14 @@ def write_token_kubeconfig(
                 "cluster": {"server": cluster["server"], "certificate-authority-data": ca},
             }
         ],
-        "users": [{"name": RELEASE, "user": {"token": token}}],
-        "contexts": [{"name": RELEASE, "context": {"cluster": "local", "user": RELEASE}}],
-        "current-context": RELEASE,
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": account,
+                "context": {"cluster": "local", "user": account, "namespace": namespace},
+            }
+        ],
+        "current-context": account,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(config))
@@ -245,7 +254,7 @@ class OperatorProcess:
 def prepare(admin_kubeconfig: Path, workdir: Path, *helm_args: str) -> tuple[Path, Path]:
     """Install the chart's RBAC; write the token kubeconfig and the pools file under workdir."""
     install(admin_kubeconfig, *helm_args)
-    kubeconfig = write_token_kubeconfig(admin_kubeconfig, workdir / "operator.kubeconfig")
+    kubeconfig = token_kubeconfig(admin_kubeconfig, workdir / "operator.kubeconfig")
     pools = workdir / "pools.yaml"
     pools.write_text(yaml.safe_dump(chart_pools(*helm_args)))
     return kubeconfig, pools
