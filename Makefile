@@ -61,7 +61,7 @@ s3-env: ## print export lines for the running S3 server: eval "$$(make -s s3-env
 	@$(PY) -m dflash_dev s3-env
 
 .PHONY: down
-down: cluster-down s3-down ## stop everything
+down: executor-down cluster-down s3-down ## stop everything (executor, cluster, S3)
 
 # ---------------------------------------------------------------- code
 .PHONY: crds
