@@ -34,6 +34,8 @@ from dflash_operator.plan.stages import STAGE_GATES, StageContext, stage_retry_l
 # Violations listed in a condition message; the full list is in status.audit and the report.
 MAX_LISTED_VIOLATIONS = 8
 _RATE_SUFFIXES = ("Rate", "Share", "Fraction")
+# Separates the last pod failure from the rest of a running stage's condition message.
+LAST_FAILURE_MARK = "; last failure: "
 
 
 def _stages(draft: Draft) -> StageProgress:
@@ -104,6 +106,10 @@ def running_progress(
                 words += f", loss {training.loss:.4g}"
         if restarts:
             words += f"; {restarts} restarts so far"
+        # Kept in the condition: the crashed pod may be gone when the job finally fails.
+        failure = results.describe_failure(pods, "") or _recorded_failure(draft, stage)
+        if failure:
+            words += f"{LAST_FAILURE_MARK}{failure}"
         return progress, words
     if stage in STAGE_GATES:
         gate = STAGE_GATES[stage]
@@ -259,6 +265,14 @@ def approve_gate(ctx: StageContext, draft: Draft, gate: Gate, result: AuditResul
     draft.status.message = message
 
 
+def _recorded_failure(draft: Draft, stage: Stage) -> str:
+    """The last pod failure noted while the stage ran (its pods may be deleted by now)."""
+    condition = draft.condition(STAGE_CONDITIONS[stage])
+    if condition is None or LAST_FAILURE_MARK not in condition.message:
+        return ""
+    return condition.message.split(LAST_FAILURE_MARK, 1)[1]
+
+
 def record_failure(
     ctx: StageContext,
     draft: Draft,
@@ -268,7 +282,8 @@ def record_failure(
     pods: Sequence[PodView],
 ) -> None:
     """A child failed for good: the stage condition, then the run, go Failed."""
-    error = results.describe_failure(pods, child.finished.message or "the child failed")
+    error = results.describe_failure(pods, "") or _recorded_failure(draft, stage)
+    error = error or child.finished.message or "the child failed"
     if stage == Stage.REGEN and child.failed_indexes:
         error = f"shards {child.failed_indexes} failed; last failure: {error}"
     permanent = child.finished.message.startswith("PodFailurePolicy")

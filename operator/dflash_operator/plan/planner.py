@@ -143,7 +143,11 @@ def plan(inp: PlanInput) -> Plan:
     ctx = StageContext(run, spec, build_run_root(spec.storage, run), placements, inp.settings)
     _initial_conditions(draft, stages)
     if not spec.regeneration.enabled:
-        _skip(draft, Stage.REGEN, "regeneration.enabled is false: the sources are regenerated completions")
+        _skip(
+            draft,
+            Stage.REGEN,
+            "regeneration.enabled is false: the sources are regenerated completions",
+        )
     for child in observed.children:
         if not child.deleting and child.stage is not None:
             draft.record_child(child)
@@ -214,7 +218,9 @@ def _skip(draft: Draft, stage: Stage, why: str) -> None:
     condition = draft.condition(STAGE_CONDITIONS[stage])
     if condition is None or condition.reason != Reason.STAGE_SKIPPED.value:
         message = Reason.STAGE_SKIPPED.message(stage=stage.value, why=why)
-        draft.set_condition(STAGE_CONDITIONS[stage], ConditionStatus.TRUE, Reason.STAGE_SKIPPED, message)
+        draft.set_condition(
+            STAGE_CONDITIONS[stage], ConditionStatus.TRUE, Reason.STAGE_SKIPPED, message
+        )
 
 
 def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[Approval]) -> bool:

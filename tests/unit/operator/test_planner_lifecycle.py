@@ -386,3 +386,37 @@ def test_a_pod_that_died_in_place_is_reported_while_training_runs(sim: Callable[
     )
     world.step()
     assert "1 restarts so far" in world.condition("Trained")["message"]
+
+
+def test_the_last_crash_is_reported_even_after_its_pod_was_deleted(sim: Callable[..., Any]) -> None:
+    world = training(sim)
+    crash = Termination(
+        exit_code=1, reason="Error", message="NCCL watchdog timeout", finished_at=world.now
+    )
+    world.pods.append(
+        PodView(
+            name="r1-train-master-0",
+            uid="p1",
+            owner_name="r1-train",
+            phase="Running",
+            restarts=2,
+            last_failure=crash,
+        )
+    )
+    world.step()
+    world.pods.clear()  # cleanPodPolicy Running: the crash-looping pod is deleted with the job
+    world.step()
+    assert "NCCL watchdog timeout" in world.condition("Trained")["message"]
+    job = world.child("r1-train")
+    world.children[("PyTorchJob", "r1-train")] = replace(
+        job,
+        finished=replace(
+            job.finished, done=True, ok=False, message="PyTorchJobFailed: backoff limit"
+        ),
+    )
+    world.step()
+
+    assert (
+        "pod r1-train-master-0 exited 1 (Error): NCCL watchdog timeout"
+        in world.condition("Failed")["message"]
+    )
