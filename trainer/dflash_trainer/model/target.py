@@ -105,12 +105,18 @@ def load_pretrained_target(path: str, dtype: torch.dtype, cache_dir: Path) -> nn
     from transformers import AutoModelForCausalLM
 
     folder = fetch_model_folder(path, cache_dir)
-    if not is_s3_uri(path) and not folder.exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise TargetError(f"target.path={path} does not exist (and HF_HUB_OFFLINE=1)")
+    looks_local = path.startswith(("/", ".", "~")) or os.environ.get("HF_HUB_OFFLINE") == "1"
+    if not is_s3_uri(path) and looks_local and not folder.exists():
+        raise TargetError(
+            f"target.path={path} does not exist; accepted: a HF model folder (local or s3://)"
+            + ("" if path.startswith(("/", ".", "~")) else " or a Hub id when online")
+        )
     try:
-        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        model: nn.Module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     except (OSError, ValueError) as exc:
-        raise TargetError(f"target.path={path} could not be loaded: {exc}") from None
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TargetError(f"target.path={path} could not be loaded: {first_line}") from None
+    return model
 
 
 def find_parts(model: nn.Module) -> TargetParts:

@@ -1,0 +1,95 @@
+"""A 2-process gloo run (torchrun) trains exactly like 1 process with the same global batch,
+including a step where one rank has no valid anchor at all (a known DDP deadlock elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from dflash_trainer.train.config import TrainConfig
+from dflash_trainer.train.distributed import init_distributed
+from dflash_trainer.train.trainer import Trainer
+
+STEPS = 4
+# Rows 2 and 3 (rank 1's half of the first global batch) have nothing supervised.
+UNSUPERVISED_ROWS = (2, 3)
+
+
+def tokenized_rows() -> list[tuple[list[int], list[int]]]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(16):
+        length = int(rng.integers(12, 25))
+        mask = [0] * 4 + [1] * (length - 4)
+        if i in UNSUPERVISED_ROWS:
+            mask = [0] * length
+        rows.append((rng.integers(0, 500, length).tolist(), mask))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
+    tmp_path: Path,
+    strategy: str,
+    quick_config: Callable[..., dict[str, Any]],
+    tokenized_writer: Callable[..., Path],
+    metrics_reader: Callable[[Path], list[dict[str, Any]]],
+) -> None:
+    folder = tokenized_writer(tmp_path / "tokenized", tokenized_rows())
+    common: dict[str, Any] = {
+        "data": {
+            "tokenized_uri": str(folder),
+            "self_distill": None,
+            "shuffle": False,
+            "max_seq_len": 32,
+        },
+        "optim": {"lr": 1e-2, "max_steps": STEPS, "warmup_ratio": 0.0},
+        "distributed": {"strategy": strategy},
+        "checkpoint": {"every_steps": 1000, "resume": False},
+    }
+    one = quick_config(**common, run_root=str(tmp_path / "one"))
+    one["data"]["batch_size"] = 4
+    one["logging"]["metrics_file"] = str(tmp_path / "one.jsonl")
+    Trainer(TrainConfig.model_validate(one), init_distributed(5)).train_steps()
+
+    two = quick_config(**common, run_root=str(tmp_path / "two"))
+    two["data"]["batch_size"] = 2
+    two["logging"]["metrics_file"] = str(tmp_path / "two.jsonl")
+    config = tmp_path / "two.yaml"
+    config.write_text(yaml.safe_dump(two))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--standalone",
+            "-m",
+            "dflash_trainer.train",
+            "--config",
+            str(config),
+            "--termination-log",
+            str(tmp_path / "result.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    single = [m["loss"] for m in metrics_reader(tmp_path / "one.jsonl")]
+    double = [m["loss"] for m in metrics_reader(tmp_path / "two.jsonl")]
+    assert len(single) == len(double) == STEPS
+    np.testing.assert_allclose(double, single, rtol=1e-4)
+    assert metrics_reader(tmp_path / "two.jsonl")[0]["anchors"] > 0
