@@ -262,6 +262,9 @@ def _step(
         draft.status.start_time = draft.now
     pods = observed.pods_of(name)
     if not child.finished.done:
+        if stage == Stage.TRAIN:
+            # Adopted after a crash: make sure (and record) that its identity exists too.
+            _ensure_trainer_access(ctx, draft, observed)
         if child.suspended != ctx.spec.suspend:
             draft.act(SetSuspend(kind, name, ctx.spec.suspend))
         outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
@@ -302,14 +305,17 @@ def _start(
     wanted_hash = config["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
     if current_config is None or current_config.config_hash != wanted_hash:
         draft.act(ApplyConfig(config))
-    for manifest in access:
-        child_kind, child_name_ = manifest["kind"], manifest["metadata"]["name"]
-        if (
-            draft.recorded(child_kind, child_name_) is None
-            and observed.child(child_kind, child_name_) is None
-        ):
-            draft.act(CreateChild(manifest, Stage.TRAIN))
+    if stage == Stage.TRAIN:
+        _ensure_trainer_access(ctx, draft, observed)
     draft.act(CreateChild(build_stage_child(ctx, stage, attempt, suspend=False), stage, attempt))
+
+
+def _ensure_trainer_access(ctx: StageContext, draft: Draft, observed: Observed) -> None:
+    """Create (or adopt, and so record) the trainer's ServiceAccount, Role and RoleBinding."""
+    for manifest in build_trainer_access(ctx.run):
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        if draft.recorded(kind, name) is None and observed.child(kind, name) is None:
+            draft.act(CreateChild(manifest, Stage.TRAIN))
 
 
 def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -> None:

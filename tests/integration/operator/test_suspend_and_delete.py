@@ -12,7 +12,12 @@ from dflash_dev.kube_wait import get_json, wait_for
 
 def to_training(harness: Any, make_spec: Any) -> None:
     harness.start_operator()
-    spec = make_spec(regeneration={"enabled": False}, data={"sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]})
+    spec = make_spec(
+        regeneration={"enabled": False},
+        data={
+            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
+        },
+    )
     harness.apply_run("r1", spec)
     for stage in ("audit-completions", "tokenize", "audit-tokens"):
         wait_for(f"r1-{stage}", lambda stage=stage: f"r1-{stage}" in harness.names("jobs"))
@@ -20,12 +25,26 @@ def to_training(harness: Any, make_spec: Any) -> None:
     harness.wait_phase("r1", "Training")
 
 
-def test_suspend_stops_training_and_resume_continues_the_same_job_from_its_checkpoint(harness: Any, make_spec: Any) -> None:
+def test_suspend_stops_training_and_resume_continues_the_same_job_from_its_checkpoint(
+    harness: Any, make_spec: Any
+) -> None:
     to_training(harness, make_spec)
     harness.running_pods("r1-train", 2)
-    uid = get_json(harness.cluster, "pytorchjob", "r1-train", "-n", harness.namespace)["metadata"]["uid"]
-    checkpoint = {"status": {"checkpoint": {"uri": "s3://artifacts/ck/step-000000400", "step": 400}}}
-    harness.kubectl("patch", "dflashrun", "r1", "--subresource=status", "--type=merge", "-p", json.dumps(checkpoint))
+    uid = get_json(harness.cluster, "pytorchjob", "r1-train", "-n", harness.namespace)["metadata"][
+        "uid"
+    ]
+    checkpoint = {
+        "status": {"checkpoint": {"uri": "s3://artifacts/ck/step-000000400", "step": 400}}
+    }
+    harness.kubectl(
+        "patch",
+        "dflashrun",
+        "r1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(checkpoint),
+    )
 
     harness.patch_spec("r1", {"suspend": True})
     harness.wait_phase("r1", "Suspended")
@@ -42,40 +61,81 @@ def test_suspend_stops_training_and_resume_continues_the_same_job_from_its_check
     harness.running_pods("r1-train", 2)
     assert harness.condition("r1", "Suspended")["reason"] == "Resumed"
     resumed = [m for _t, r, m in harness.events("r1") if r == "TrainingResumed"]
-    assert resumed == ["Training resumed from checkpoint s3://artifacts/ck/step-000000400 (step 400)"]
+    assert resumed == [
+        "Training resumed from checkpoint s3://artifacts/ck/step-000000400 (step 400)"
+    ]
 
 
-def test_deleting_a_run_mid_regeneration_deletes_its_children_and_creates_no_more(harness: Any, make_spec: Any) -> None:
+def test_deleting_a_run_mid_regeneration_deletes_its_children_and_creates_no_more(
+    harness: Any, make_spec: Any
+) -> None:
     harness.start_operator()
     harness.apply_run("r1", make_spec())
     harness.wait_phase("r1", "Regenerating")
     harness.running_pods("r1-regen", 2)
-    assert not get_json(harness.cluster, "dflashrun", "r1", "-n", harness.namespace)["metadata"].get("finalizers")
+    assert not get_json(harness.cluster, "dflashrun", "r1", "-n", harness.namespace)[
+        "metadata"
+    ].get("finalizers")
 
     harness.kubectl("delete", "dflashrun", "r1", "--wait=false")
-    wait_for("the run to go", lambda: harness.kubectl("get", "dflashrun", "r1", check=False).returncode != 0)
-    wait_for("its Job and ConfigMap to be garbage-collected", lambda: harness.names("jobs") == [] and harness.names("configmaps") == [])
+    wait_for(
+        "the run to go",
+        lambda: harness.kubectl("get", "dflashrun", "r1", check=False).returncode != 0,
+    )
+    wait_for(
+        "its Job and ConfigMap to be garbage-collected",
+        lambda: harness.names("jobs") == [] and harness.names("configmaps") == [],
+    )
     wait_for("its pods to go", lambda: not harness.pods_of("r1-regen"))
     harness.apply_run("probe", make_spec(suspend=True))
     harness.wait_phase("probe", "Suspended")  # the operator is alive and has seen the deletion
     assert harness.names("jobs") == []
 
 
-def test_cleanup_policy_delete_runs_a_cleanup_job_and_releases_the_finalizer_even_if_it_fails(harness: Any, make_spec: Any) -> None:
+def test_cleanup_policy_delete_runs_a_cleanup_job_and_releases_the_finalizer_even_if_it_fails(
+    harness: Any, make_spec: Any
+) -> None:
     harness.start_operator()
-    harness.apply_run("r1", make_spec(storage={"bucket": "artifacts", "cleanupPolicy": "Delete", "credentialsSecretRef": {"name": "s3-creds"}}))
+    harness.apply_run(
+        "r1",
+        make_spec(
+            storage={
+                "bucket": "artifacts",
+                "cleanupPolicy": "Delete",
+                "credentialsSecretRef": {"name": "s3-creds"},
+            }
+        ),
+    )
     harness.wait_phase("r1", "Regenerating")
-    wait_for("the cleanup finalizer", lambda: "dflash.dev/cleanup" in (get_json(harness.cluster, "dflashrun", "r1", "-n", harness.namespace)["metadata"].get("finalizers") or []))
+    wait_for(
+        "the cleanup finalizer",
+        lambda: (
+            "dflash.dev/cleanup"
+            in (
+                get_json(harness.cluster, "dflashrun", "r1", "-n", harness.namespace)[
+                    "metadata"
+                ].get("finalizers")
+                or []
+            )
+        ),
+    )
 
     harness.kubectl("delete", "dflashrun", "r1", "--wait=false")
     cleanup = harness.running_pods("r1-cleanup", 1)[0]
-    pool = get_json(harness.cluster, "node", cleanup["spec"]["nodeName"])["metadata"]["labels"]["dflash.dev/node-pool"]
+    pool = get_json(harness.cluster, "node", cleanup["spec"]["nodeName"])["metadata"]["labels"][
+        "dflash.dev/node-pool"
+    ]
     assert pool == "cpu"
     args = cleanup["spec"]["containers"][0]["args"]
     root = args[args.index("--run-root") + 1]
     assert root.startswith(f"s3://artifacts/dflash/{harness.namespace}/r1/")
-    harness.finish_pod(cleanup, {"stage": "cleanup", "ok": False, "message": "AccessDenied"}, exit_code=2)
+    harness.finish_pod(
+        cleanup, {"stage": "cleanup", "ok": False, "message": "AccessDenied"}, exit_code=2
+    )
 
-    wait_for("the run to go", lambda: harness.kubectl("get", "dflashrun", "r1", check=False).returncode != 0)
+    wait_for(
+        "the run to go",
+        lambda: harness.kubectl("get", "dflashrun", "r1", check=False).returncode != 0,
+    )
     warnings = [(r, m) for t, r, m in harness.events("r1") if t == "Warning"]
     assert any(r == "CleanupFailed" and "may remain" in m for r, m in warnings), warnings

@@ -420,3 +420,22 @@ def test_the_last_crash_is_reported_even_after_its_pod_was_deleted(sim: Callable
         "pod r1-train-master-0 exited 1 (Error): NCCL watchdog timeout"
         in world.condition("Failed")["message"]
     )
+
+
+def test_a_training_job_adopted_after_a_crash_gets_its_identity_recorded(
+    sim: Callable[..., Any],
+) -> None:
+    world = training(sim)
+    status = world.body["status"]
+    status["children"] = [
+        c for c in status["children"] if c["kind"] not in ("ServiceAccount", "Role", "RoleBinding")
+    ]
+    world.step()
+
+    recorded = {(c["kind"], c["name"]) for c in world.status["children"]}
+    assert {
+        ("ServiceAccount", "r1-trainer"),
+        ("Role", "r1-trainer"),
+        ("RoleBinding", "r1-trainer"),
+    } <= recorded
+    assert world.step().actions == ()
