@@ -45,5 +45,9 @@ def test_a_killed_session_does_not_leave_its_s3_server_running(tmp_path: Path) -
     assert server is not None and server.is_alive()
     owner.send_signal(signal.SIGKILL)
     owner.wait()
-    wait_for("the watchdog to stop the orphaned S3 server", lambda: not server.is_alive(), 30)
-    assert not (tmp_path / "state" / "s3" / "s3.json").exists()
+    info_file = tmp_path / "state" / "s3" / "s3.json"
+    wait_for(
+        "the watchdog to stop the orphaned S3 server and remove its state",
+        lambda: not server.is_alive() and not info_file.exists(),
+        30,
+    )
