@@ -297,3 +297,209 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- counting the operator's API requests (benchmarks) ------------------------------------------
+# API Priority and Fairness classifies every request by user; two FlowSchemas that match only
+# the operator's ServiceAccount make the API server count its writes and all its requests in
+# `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}`, even on a shared cluster.
+WRITES_SCHEMA = "dflash-operator-bench-writes"
+ALL_SCHEMA = "dflash-operator-bench-all"
+WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
+
+
+def _flow_schema(name: str, precedence: int, verbs: list[str]) -> dict[str, Any]:
+    rule: dict[str, Any] = {
+        "subjects": [
+            {"kind": "ServiceAccount", "serviceAccount": {"name": RELEASE, "namespace": NAMESPACE}}
+        ],
+        "resourceRules": [
+            {
+                "verbs": verbs,
+                "apiGroups": ["*"],
+                "resources": ["*"],
+                "namespaces": ["*"],
+                "clusterScope": True,
+            }
+        ],
+    }
+    if verbs == ["*"]:
+        rule["nonResourceRules"] = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+    return {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": name},
+        "spec": {
+            "matchingPrecedence": precedence,
+            "priorityLevelConfiguration": {"name": "workload-low"},
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [rule],
+        },
+    }
+
+
+def install_request_counters(admin_kubeconfig: Path) -> None:
+    """Writes match the first schema (lower precedence wins), everything else the second."""
+    schemas = [_flow_schema(WRITES_SCHEMA, 150, WRITE_VERBS), _flow_schema(ALL_SCHEMA, 160, ["*"])]
+    kubectl(
+        admin_kubeconfig,
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(schemas),
+    )
+
+
+def request_counts(admin_kubeconfig: Path) -> tuple[int, int]:
+    """(write requests, all requests) the operator's account sent since the schemas exist."""
+    counts = {WRITES_SCHEMA: 0, ALL_SCHEMA: 0}
+    for line in kubectl(admin_kubeconfig, "get", "--raw", "/metrics").splitlines():
+        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            continue
+        for schema in counts:
+            if f'flow_schema="{schema}"' in line:
+                counts[schema] += int(float(line.rsplit(" ", 1)[1]))
+    writes = counts[WRITES_SCHEMA]
+    return writes, writes + counts[ALL_SCHEMA]
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The highest resident memory the process ever had (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# --- a throw-away namespace with an operator in it (benchmarks) -------------------------------
+# Stage pods of benchmark runs select no node: they stay Pending, so they use no capacity of
+# the shared fake nodes while the operator's work (first child, status) is measured.
+BENCH_POOL = "bench-unschedulable"
+
+
+def bench_pools() -> dict[str, Any]:
+    pools = chart_pools()
+    pools["nodePools"][BENCH_POOL] = {"nodeSelector": {"dflash.dev/node-pool": "none"}}
+    return pools
+
+
+def bench_run(name: str) -> dict[str, Any]:
+    """A DFlashRun whose first child is a one-shard regeneration Job on the bench pool."""
+    return {
+        "apiVersion": "dflash.dev/v1alpha1",
+        "kind": "DFlashRun",
+        "metadata": {"name": name},
+        "spec": {
+            "target": {"model": "Qwen/Qwen3-8B"},
+            "data": {
+                "sources": [
+                    {"name": "chat", "uri": "s3://datasets/chat.jsonl", "format": "openai-messages"}
+                ]
+            },
+            "regeneration": {"shards": 1, "nodePool": BENCH_POOL},
+            "audit": {"nodePool": BENCH_POOL},
+            "tokenization": {"nodePool": BENCH_POOL},
+            "training": {"nodePool": BENCH_POOL},
+            "evaluation": {"nodePool": BENCH_POOL},
+            "storage": {"bucket": "artifacts"},
+        },
+    }
+
+
+def bench_job(name: str) -> dict[str, Any]:
+    """The baseline: a plain one-pod Job, as the Job controller turns it into a pod."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"dflash.dev/node-pool": "none"},
+                    "containers": [{"name": "main", "image": "busybox", "args": ["true"]}],
+                }
+            }
+        },
+    }
+
+
+@dataclass
+class BenchEnvironment:
+    admin: Path
+    namespace: str
+    operator: OperatorProcess
+
+
+def start_bench_environment(
+    workdir: Path, namespace: str, resync_seconds: float = 60.0
+) -> BenchEnvironment:
+    """Chart RBAC, request counters, a fresh namespace, and an operator watching only it."""
+    admin = kubeconfig_path()
+    kubeconfig, _pools = prepare(admin, workdir)
+    install_request_counters(admin)
+    kubectl(admin, "create", "namespace", namespace)
+    pools_file = workdir / "bench-pools.yaml"
+    pools_file.write_text(yaml.safe_dump(bench_pools()))
+    process = OperatorProcess(
+        kubeconfig=kubeconfig,
+        pools_file=pools_file,
+        log_path=workdir / "operator.log",
+        namespaces=(namespace,),
+        resync_seconds=resync_seconds,
+    ).start()
+    process.wait_ready()
+    return BenchEnvironment(admin, namespace, process)
+
+
+def stop_bench_environment(env: BenchEnvironment) -> None:
+    env.operator.stop()
+    kubectl(env.admin, "delete", "namespace", env.namespace, "--wait=false")
+
+
+class FirstSeen:
+    """Records when each object of a kind first appears in a namespace (a watch thread)."""
+
+    def __init__(self, admin: Path, namespace: str, kind: str) -> None:
+        import threading
+
+        from kubernetes import client, config, watch
+
+        self.times: dict[str, float] = {}
+        self._lock = threading.Condition()
+        self._watch = watch.Watch()
+        api = config.new_client_from_config(config_file=str(admin))
+        lister = {
+            "jobs": client.BatchV1Api(api).list_namespaced_job,
+            "pods": client.CoreV1Api(api).list_namespaced_pod,
+        }[kind]
+
+        def run() -> None:
+            try:
+                for event in self._watch.stream(lister, namespace, timeout_seconds=3600):
+                    name = event["object"].metadata.name
+                    with self._lock:
+                        self.times.setdefault(name, time.monotonic())
+                        self._lock.notify_all()
+            except Exception:  # noqa: S110 - stop() closes the stream under the reader
+                pass
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        time.sleep(0.5)  # let the watch start before anything is created
+
+    def wait(self, predicate: Any, timeout: float) -> bool:
+        """Until predicate(times) is true; False after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate(self.times):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def stop(self) -> None:
+        self._watch.stop()
