@@ -11,7 +11,7 @@ from dflash_trainer.data.audit.lists import (
     first_run_start,
     flatten_list,
     longest_run,
-    row_sums,
+    run_sums,
     runs_of_ones,
 )
 
@@ -46,7 +46,7 @@ def test_row_sums_longest_runs_and_first_ones_match_a_per_row_loop(seed: int) ->
     rows = rows[7:]
     flat = flatten_list(column, np.int8)
     runs = runs_of_ones(flat)
-    assert row_sums(flat).tolist() == [sum(r) for r in rows]
+    assert run_sums(runs, flat.rows).tolist() == [sum(r) for r in rows]
     assert longest_run(runs, flat.rows).tolist() == [naive_longest(r) for r in rows]
     starts = first_run_start(runs, flat.rows)
     expected = [flat.offsets[i] + r.index(1) if 1 in r else -1 for i, r in enumerate(rows)]
@@ -56,12 +56,13 @@ def test_row_sums_longest_runs_and_first_ones_match_a_per_row_loop(seed: int) ->
 def test_first_position_finds_each_rows_first_hit_or_minus_one() -> None:
     rows = [[5, 1, 5], [], [2, 2], [1, 1, 5, 5]]
     flat = flatten_list(pa.array(rows, pa.list_(pa.int32())), np.int32)
-    assert first_position(flat.values == 5, flat.offsets, flat.rows).tolist() == [0, -1, -1, 7]
+    hits = np.flatnonzero(flat.values == 5)
+    assert first_position(hits, flat.offsets, flat.rows).tolist() == [0, -1, -1, 7]
 
 
 def test_null_lists_count_as_empty_rows() -> None:
     flat = flatten_list(pa.array([[1, 1], None, [1]], pa.list_(pa.int8())), np.int8)
-    assert row_sums(flat).tolist() == [2, 0, 1]
+    assert run_sums(runs_of_ones(flat), flat.rows).tolist() == [2, 0, 1]
 
 
 def test_the_integer_histogram_gives_nearest_rank_percentiles_and_the_mode() -> None:

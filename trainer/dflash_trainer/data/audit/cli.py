@@ -81,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-model-len", type=int, help="prompts gate: the engine's context length")
     p.add_argument(
-        "--max-tokens", type=int, default=0, help="prompts gate: room reserved for the answer"
+        "--max-new-tokens",
+        "--max-tokens",
+        dest="max_tokens",
+        type=int,
+        default=0,
+        help="prompts gate: room reserved for the answer",
     )
     p.add_argument(
         "--no-thinking", action="store_true", help="answers were generated with thinking off"
@@ -171,8 +176,11 @@ def run_dataset_gate(
     acc = (
         TokensAccumulator(settings, thresholds) if settings else CompletionsAccumulator(thresholds)
     )
-    for batch in iter_batches(files, acc.columns(), args.batch_rows):
-        acc.add(batch)
+    try:
+        for batch in iter_batches(files, acc.columns(), args.batch_rows):
+            acc.add(batch)
+    except ValueError as exc:  # data the gate cannot read as what it claims to be
+        raise BadInputError(f"{path}: {exc}") from None
     metrics = acc.finish()
     verdict = evaluate(metrics, thresholds)
     examples: dict[str, list[dict[str, Any]]] = {}

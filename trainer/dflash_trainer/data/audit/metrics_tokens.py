@@ -17,6 +17,7 @@ from dflash_trainer.data.audit.lists import (
     first_run_start,
     flatten_list,
     longest_run,
+    run_sums,
     runs_of_ones,
 )
 from dflash_trainer.data.audit.metrics import (
@@ -57,8 +58,10 @@ def token_features(
     """Per-row features of one batch (each array has one entry per row)."""
     mask = flatten_list(batch.column("loss_mask"), np.int8)
     rows = mask.rows
-    sums = _row_sums_int8(mask.values, mask.offsets)
+    if len(mask.values) and (mask.values.min() < 0 or mask.values.max() > 1):
+        raise ValueError("loss_mask values must be 0 or 1")
     runs = runs_of_ones(mask)
+    sums = run_sums(runs, rows)
     feats: dict[str, np.ndarray] = {
         "mask_sum": sums,
         "seq_len": mask.lengths,
@@ -79,8 +82,8 @@ def token_features(
         feats["drift"] = col.fill_null(False).to_numpy(zero_copy_only=False)
     if settings.think_end_id is not None and "input_ids" in names:
         ids = flatten_list(batch.column("input_ids"), np.int32)
-        hit = (ids.values == settings.think_end_id) & (mask.values == 1)
-        end = first_position(hit, ids.offsets, rows)
+        hits = np.flatnonzero(ids.values == settings.think_end_id)
+        end = first_position(hits[mask.values[hits] == 1], ids.offsets, rows)
         start = first_run_start(runs, rows)
         opens = np.zeros(rows, dtype=np.int64)
         if settings.think_start_id is not None:
@@ -92,15 +95,6 @@ def token_features(
         feats["thinking_missing"] = ~has_end & (sums > 0)
         feats["empty_thinking"] = has_end & (thinking < thresholds.min_thinking_tokens)
     return feats
-
-
-def _row_sums_int8(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    # int32 cumsum: a batch holds far fewer than 2^31 supervised tokens.
-    cs = np.empty(len(values) + 1, dtype=np.int32)
-    cs[0] = 0
-    np.cumsum(values, dtype=np.int32, out=cs[1:])
-    sums: np.ndarray = (cs[offsets[1:]] - cs[offsets[:-1]]).astype(np.int64)
-    return sums
 
 
 class TokensAccumulator:

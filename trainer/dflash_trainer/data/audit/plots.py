@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import io
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless pods have no display
-import matplotlib.pyplot as plt
 import numpy as np
 
 from dflash_trainer.data.audit.histogram import IntHistogram
@@ -21,6 +17,8 @@ MAX_PANELS = 12
 # exact value (the incident's 6) must stay visible as one tall bar.
 MAX_BINS = 120
 PANEL_SIZE = (4.0, 2.6)
+LABEL_INCHES = 0.45  # room under the last row for its x label
+TITLE_INCHES = 0.55  # room above the first row for the figure title
 
 
 def _binned(hist: IntHistogram, upper: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -36,6 +34,11 @@ def build_histogram_png(
     histograms: dict[str, IntHistogram], title: str, xlabel: str, marker: int | None = None
 ) -> bytes:
     """One small-multiples figure: the whole dataset first, then each source (largest first)."""
+    import matplotlib  # imported here: it costs a second, and only reports draw
+
+    matplotlib.use("Agg")  # headless pods have no display
+    import matplotlib.pyplot as plt
+
     groups = [OVERALL] if OVERALL in histograms else []
     others = sorted((n for n in histograms if n != OVERALL), key=lambda n: -histograms[n].total)
     groups += others[: MAX_PANELS - len(groups)]
@@ -51,7 +54,10 @@ def build_histogram_png(
         hist = histograms[name]
         x, y, width = _binned(hist, upper)
         ax.set_visible(True)
-        ax.bar(x, y, width=width, align="edge", color="#3b6ea8" if name == OVERALL else "#6c8ebf")
+        # One `stairs` artist per panel: a bar per bin is ~10x slower to draw (measured).
+        edges = np.append(x, x[-1] + width) if len(x) else np.array([0, 1])
+        color = "#3b6ea8" if name == OVERALL else "#6c8ebf"
+        ax.stairs(y if len(y) else np.zeros(1), edges, fill=True, color=color)
         mode, count = hist.mode()
         label = "all sources" if name == OVERALL else name
         share = count / hist.total if hist.total else 0.0
@@ -61,7 +67,16 @@ def build_histogram_png(
         if marker is not None:
             ax.axvline(marker, color="#c0392b", linestyle="--", linewidth=1)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    # Fixed margins: tight_layout measures every text artist and costs a second per figure.
+    height = PANEL_SIZE[1] * rows
+    fig.subplots_adjust(
+        left=0.07,
+        right=0.98,
+        bottom=LABEL_INCHES / height,
+        top=1 - TITLE_INCHES / height,
+        hspace=0.7,
+        wspace=0.25,
+    )
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -132,57 +133,65 @@ class RowTokenizer:
         encodings: list[Any],
         counts: TokenizeCounts,
     ) -> pa.Table:
+        """Concatenate each row's segments, mask them, cut at maxSeqLen: whole-batch numpy."""
+        seg_ids = [e.ids for e in encodings]
+        seg_len = np.fromiter(map(len, seg_ids), dtype=np.int64, count=len(seg_ids))
+        seg_sup = np.fromiter(
+            (s.supervised for _, segs in kept for s in segs), dtype=np.int8, count=len(seg_ids)
+        )
+        seg_count = np.fromiter((len(segs) for _, segs in kept), dtype=np.int64, count=len(kept))
+        first_seg = (np.cumsum(seg_count) - seg_count).astype(np.int64)
+        total = int(seg_len.sum())
+        flat_ids = np.fromiter(chain.from_iterable(seg_ids), dtype=np.int32, count=total)
+        flat_mask = np.repeat(seg_sup, seg_len)
+        full_len = np.add.reduceat(seg_len, first_seg) if len(kept) else seg_len[:0]
+        # Truncate every row at maxSeqLen at once: keep the positions < max_seq_len of each row.
         max_len = self.settings.max_seq_len
-        flat_ids: list[int] = []
-        flat_mask: list[int] = []
-        offsets = [0]
-        truncated: list[bool] = []
-        drift: list[bool | None] = []
-        cursor = 0
-        for row, segs in kept:
-            ids: list[int] = []
-            mask: list[int] = []
-            last_answer: list[int] = []
-            for seg in segs:
-                seg_ids = encodings[cursor].ids
-                cursor += 1
-                ids.extend(seg_ids)
-                mask.extend([1 if seg.supervised else 0] * len(seg_ids))
-                if seg.supervised:
-                    last_answer = seg_ids
-            engine = list(row.get("output_token_ids") or [])
-            if engine and self.settings.supervise == "last":
-                counts.drift_checked += 1
-                drifted = is_drifted(last_answer, engine, self.eot_id)
-                counts.drift += int(drifted)
-                drift.append(drifted)
-            else:
-                drift.append(None)
-            cut = len(ids) > max_len
-            if cut:
-                ids, mask = ids[:max_len], mask[:max_len]
-            truncated.append(cut)
-            counts.truncated += int(cut)
-            counts.tokens += len(ids)
-            counts.supervised_tokens += sum(mask)
-            flat_ids.extend(ids)
-            flat_mask.extend(mask)
-            offsets.append(len(flat_ids))
+        cut = full_len > max_len
+        if cut.any():
+            row_start = np.repeat(np.cumsum(full_len) - full_len, full_len)
+            keep = np.arange(total) - row_start < max_len
+            flat_ids, flat_mask = flat_ids[keep], flat_mask[keep]
+        seq_len = np.minimum(full_len, max_len)
+        offsets = np.zeros(len(kept) + 1, dtype=np.int32)
+        np.cumsum(seq_len, out=offsets[1:])
+        drift = self._drift(kept, seg_ids, first_seg, seg_count, counts)
         counts.samples = len(kept)
-        offs = pa.array(np.asarray(offsets, dtype=np.int32))
+        counts.truncated += int(cut.sum())
+        counts.tokens += int(seq_len.sum())
+        counts.supervised_tokens += int(flat_mask.sum(dtype=np.int64))
+        offs = pa.array(offsets)
         return pa.table(
             {
                 "id": pa.array([r.get("id") for r, _ in kept], pa.string()),
                 "source": pa.array([r.get("source") for r, _ in kept], pa.string()),
-                "input_ids": pa.ListArray.from_arrays(
-                    offs, pa.array(np.asarray(flat_ids, np.int32))
-                ),
-                "loss_mask": pa.ListArray.from_arrays(
-                    offs, pa.array(np.asarray(flat_mask, np.int8))
-                ),
-                "seq_len": pa.array(np.diff(np.asarray(offsets, dtype=np.int32)), pa.int32()),
-                "truncated": pa.array(truncated, pa.bool_()),
+                "input_ids": pa.ListArray.from_arrays(offs, pa.array(flat_ids)),
+                "loss_mask": pa.ListArray.from_arrays(offs, pa.array(flat_mask)),
+                "seq_len": pa.array(seq_len.astype(np.int32), pa.int32()),
+                "truncated": pa.array(cut, pa.bool_()),
                 "retokenize_drift": pa.array(drift, pa.bool_()),
             },
             schema=TOKENIZED_SCHEMA,
         )
+
+    def _drift(
+        self,
+        kept: list[tuple[dict[str, Any], list[Segment]]],
+        seg_ids: list[list[int]],
+        first_seg: np.ndarray,
+        seg_count: np.ndarray,
+        counts: TokenizeCounts,
+    ) -> list[bool | None]:
+        """Per row: did re-tokenizing the answer change the engine's ids (None: no ids)."""
+        out: list[bool | None] = []
+        rows = zip(kept, first_seg.tolist(), seg_count.tolist(), strict=True)
+        for (row, _), first, n in rows:
+            engine = row.get("output_token_ids")
+            if not engine or self.settings.supervise != "last":
+                out.append(None)
+                continue
+            drifted = is_drifted(seg_ids[first + n - 1], list(engine), self.eot_id)
+            counts.drift_checked += 1
+            counts.drift += int(drifted)
+            out.append(drifted)
+        return out

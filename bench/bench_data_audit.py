@@ -1,0 +1,235 @@
+"""Token-audit speed and memory at the incident's scale, against a per-row Python audit.
+
+Builds (once, under ~/.cache/dflash/bench) a seed-scale tokenized dataset shaped like the
+incident's: 913,786 samples, ~260M tokens, Arrow IPC in 1,000-row batches like a HF
+`save_to_disk` folder, 5 sources of which 2 hold 87% stubs. Then, pinned to one core:
+
+1. `dflash-audit <folder> --gate tokens` on the whole dataset and on a quarter of it, in a fresh
+   process each (wall time, peak RSS): linear scaling gives the 1.64B-token figure;
+2. a straightforward per-row Python audit (the same metrics, one row at a time) on a subset,
+   and our vectorized accumulator on the same subset in the same process.
+
+Prints each figure as a ratio against the per-row baseline measured in the same run.
+Usage: uv run python bench/bench_data_audit.py [--samples N] [--subset N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
+from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
+from dflash_trainer.data.audit.thresholds import Thresholds
+from dflash_trainer.tiny.datasets import IncidentShape, TokenLayout, build_incident_tokens
+
+SEED_SAMPLES = 913_786  # the incident's dataset
+POST_REGEN_TOKENS = 1_640_000_000  # the regenerated dataset of the incident story
+CHUNKS = 8
+HF_BATCH_ROWS = 1000  # datasets' default writer batch size
+# prompt lengths chosen so the dataset holds ~260M tokens like the incident's 1.3 GB Arrow
+SHAPE = IncidentShape(prompt_tokens=(20, 280))
+LAYOUT = TokenLayout()
+CACHE = Path(os.environ.get("DFLASH_BENCH_DIR", Path.home() / ".cache" / "dflash" / "bench"))
+ONE_CORE = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+RSS_WRAPPER = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.monotonic(); code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)\n"
+)
+
+
+def build_dataset(folder: Path, samples: int) -> int:
+    """Write the dataset once; returns its token count (read back from the manifest)."""
+    manifest = folder / "_SUCCESS.json"
+    if manifest.exists() and json.loads(manifest.read_text()).get("samples") == samples:
+        return int(json.loads(manifest.read_text())["tokens"])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    shards, tokens = [], 0
+    per_chunk = -(-samples // CHUNKS)
+    for chunk in range(CHUNKS):
+        n = min(per_chunk, samples - chunk * per_chunk)
+        table = build_incident_tokens(n, seed=chunk, shape=SHAPE, layout=LAYOUT)
+        name = f"data-{chunk:05d}-of-{CHUNKS:05d}.arrow"
+        with (
+            pa.OSFile(str(folder / name), "wb") as sink,
+            pa.ipc.new_stream(sink, table.schema) as writer,
+        ):
+            for batch in table.to_batches(max_chunksize=HF_BATCH_ROWS):
+                writer.write_batch(batch)
+        chunk_tokens = int(pc.sum(table.column("seq_len")).as_py())
+        tokens += chunk_tokens
+        shards.append({"path": name, "rows": n, "tokens": chunk_tokens})
+        print(f"  wrote {name}: {n:,} samples, {chunk_tokens:,} tokens", flush=True)
+    info = {"thinkStartId": LAYOUT.think_start, "thinkEndId": LAYOUT.think_end}
+    body = {"shards": shards, "samples": samples, "tokens": tokens, "tokenizer": info}
+    manifest.write_text(json.dumps(body))
+    return tokens
+
+
+def write_subset_manifest(seed: Path, folder: Path, chunks: int) -> int:
+    """A folder whose manifest lists the first `chunks` files of the seed dataset."""
+    data = json.loads((seed / "_SUCCESS.json").read_text())
+    shards = [dict(s, path=f"../{seed.name}/{s['path']}") for s in data["shards"][:chunks]]
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens = int(sum(s["tokens"] for s in shards))
+    (folder / "_SUCCESS.json").write_text(json.dumps(data | {"shards": shards, "tokens": tokens}))
+    return tokens
+
+
+def run_cli_audit(folder: Path) -> dict[str, Any]:
+    """`dflash-audit` in a fresh process on one core: wall time, peak RSS, exit code."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [*ONE_CORE, sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m",
+               "dflash_trainer.data.audit", str(folder), "--gate", "tokens", "--out", out, "--quiet"]  # fmt: skip
+        env = os.environ | {
+            "OMP_NUM_THREADS": "1",
+            "ARROW_NUM_THREADS": "1",
+            "ARROW_IO_THREADS": "1",
+        }
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        wall, rss_kb, code = result.stdout.strip().splitlines()[-1].split()
+        report = json.loads((Path(out) / "report.json").read_text())
+    return {
+        "wall_s": float(wall),
+        "audit_s": float(report["settings"]["seconds"]),
+        "peak_rss_mb": int(rss_kb) / 1024,
+        "exit": int(code),
+        "violations": [v["check"] for v in report["violations"]],
+    }
+
+
+def per_row_audit(rows: list[dict[str, Any]], block: int, think_end: int) -> dict[str, Any]:
+    """The straightforward implementation: Python over each row's lists."""
+    per_source: dict[str, Counter[str]] = defaultdict(Counter)
+    sums: dict[str, Counter[int]] = defaultdict(Counter)
+    for row in rows:
+        ids, mask, src = row["input_ids"], row["loss_mask"], row["source"]
+        total = sum(mask)
+        best = run = 0
+        for m in mask:
+            run = run + 1 if m else 0
+            best = max(best, run)
+        first = mask.index(1) if total else -1
+        end = next(
+            (i for i, (t, m) in enumerate(zip(ids, mask, strict=True)) if m and t == think_end), -1
+        )
+        c = per_source[src]
+        c["samples"] += 1
+        c["tokens"] += len(ids)
+        c["supervised"] += total
+        c["stub"] += total < Thresholds().stub_tokens
+        c["no_anchor"] += best < block + 1
+        c["thinking_missing"] += end < 0 and total > 0
+        c["empty_thinking"] += end >= 0 and end - first - (ids[first] == LAYOUT.think_start) < 3
+        sums[src][total] += 1
+    return {"sources": dict(per_source), "modes": {s: c.most_common(1)[0] for s, c in sums.items()}}
+
+
+def vectorized_audit(batches: list[pa.RecordBatch]) -> Any:
+    settings = TokenAuditSettings(16, None, LAYOUT.think_start, LAYOUT.think_end)
+    acc = TokensAccumulator(settings, Thresholds())
+    for batch in batches:
+        acc.add(batch)
+    return acc.finish()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=SEED_SAMPLES)
+    parser.add_argument("--subset", type=int, default=50_000, help="rows for the per-row baseline")
+    args = parser.parse_args()
+    if ONE_CORE:
+        os.sched_setaffinity(0, {0})
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    seed = CACHE / f"audit-seed-{args.samples}"
+    print(f"dataset: {seed}", flush=True)
+    tokens = build_dataset(seed, args.samples)
+    quarter = CACHE / f"audit-quarter-{args.samples}"
+    quarter_tokens = write_subset_manifest(seed, quarter, CHUNKS // 4)
+    size_gb = sum(f.stat().st_size for f in seed.glob("*.arrow")) / 1e9
+    print(f"  {args.samples:,} samples, {tokens:,} tokens, {size_gb:.2f} GB of Arrow", flush=True)
+
+    # Baseline and ours on the same subset, in this process, one core.
+    batches, rows = [], 0
+    for batch in iter_batches(
+        resolve_files(str(seed)), ["source", "input_ids", "loss_mask"], HF_BATCH_ROWS
+    ):
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows >= args.subset:
+            break
+    subset_rows = sum(b.num_rows for b in batches)
+    t0 = time.perf_counter()
+    pylists = [r for b in batches for r in b.to_pylist()]
+    baseline = per_row_audit(pylists, 16, LAYOUT.think_end)
+    baseline_s = time.perf_counter() - t0
+    vectorized_audit(batches)  # warm-up: first-call allocations are not the steady state
+    t0 = time.perf_counter()
+    ours = vectorized_audit(batches)
+    ours_subset_s = time.perf_counter() - t0
+    for name, counts in baseline["sources"].items():  # both implementations agree
+        assert ours.sources[name].samples == counts["samples"]
+        assert round(ours.sources[name].values["stub_rate"] * counts["samples"]) == counts["stub"]
+    baseline_full_s = baseline_s * args.samples / subset_rows
+    del pylists, batches
+
+    # Ours on everything, in this process: reading from disk included, report excluded.
+    t0 = time.perf_counter()
+    files = resolve_files(str(seed))
+    vectorized_audit(iter_batches(files, ["source", "input_ids", "loss_mask"], HF_BATCH_ROWS))  # type: ignore[arg-type]
+    ours_full_s = time.perf_counter() - t0
+
+    full = run_cli_audit(seed)
+    part = run_cli_audit(quarter)
+    per_token = (full["audit_s"] - part["audit_s"]) / (tokens - quarter_tokens)
+    post_regen_s = full["audit_s"] + per_token * (POST_REGEN_TOKENS - tokens)
+
+    print(f"\nper-row Python baseline: {baseline_s:.2f} s for {subset_rows:,} rows "
+          f"-> {baseline_full_s:.0f} s for {args.samples:,} (scaled)")  # fmt: skip
+    print(f"vectorized, same {subset_rows:,} rows: {ours_subset_s:.3f} s "
+          f"= {baseline_s / ours_subset_s:.0f}x faster than per-row")  # fmt: skip
+    print(f"vectorized, all {args.samples:,} rows read from disk: {ours_full_s:.2f} s "
+          f"({ours_full_s / tokens * 1e9:.1f} ns per token)")  # fmt: skip
+    print(
+        f"RATIO vectorized vs per-row Python, same {subset_rows:,} rows: {baseline_s / ours_subset_s:.0f}x"
+    )
+    print(f"RATIO seed-scale audit (read + compute) vs per-row baseline: {baseline_full_s / ours_full_s:.0f}x "
+          "(goal >= 50x)")  # fmt: skip
+    for label, run, n in (("quarter", part, quarter_tokens), ("seed", full, tokens)):
+        print(f"dflash-audit {label} ({n / 1e6:.0f}M tokens, 1 core): wall {run['wall_s']:.1f} s "
+              f"(audit {run['audit_s']:.1f} s), peak RSS {run['peak_rss_mb']:.0f} MB, exit {run['exit']}, "
+              f"violations {run['violations']}")  # fmt: skip
+    print(f"RATIO dflash-audit end to end (fresh process, report, plots, examples) vs per-row baseline: "
+          f"{baseline_full_s / full['wall_s']:.0f}x (wall {full['wall_s']:.1f} s, goal <= 10 s; "
+          f"peak RSS {full['peak_rss_mb']:.0f} MB, goal <= 1024 MB)")  # fmt: skip
+    post_wall = full["wall_s"] + per_token * (POST_REGEN_TOKENS - tokens)
+    print(f"scaling: {per_token * 1e9:.2f} s per 1B tokens -> 1.64B-token dataset: audit ~{post_regen_s:.0f} s, "
+          f"wall ~{post_wall:.0f} s, RSS flat (streamed)")  # fmt: skip
+    ratio = np.float64(baseline_full_s) / ours_full_s
+    print(
+        json.dumps(
+            {
+                "ratio_vs_per_row": round(float(ratio), 1),
+                **{f"seed_{k}": v for k, v in full.items()},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
