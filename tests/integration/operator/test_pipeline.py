@@ -24,7 +24,7 @@ def as_trainer(kubeconfig: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
 
 
-def test_a_run_reaches_succeeded_through_every_phase_with_one_child_per_stage(
+def test_a_run_reaches_succeeded_through_every_phase_with_one_child_per_stage_on_its_pool(
     harness: Any, make_spec: Any
 ) -> None:
     harness.start_operator()
