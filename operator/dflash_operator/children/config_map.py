@@ -73,6 +73,7 @@ def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
             "grad_clip": training.grad_clip,
             "epochs": training.epochs,
             "grad_accum": training.gradient_accumulation_steps,
+            **({"max_steps": training.max_steps} if training.max_steps is not None else {}),
         },
         "distributed": {"strategy": _STRATEGIES[training.strategy]},
         "checkpoint": {

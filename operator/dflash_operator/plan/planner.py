@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dflash_operator.api.annotations import AuditApproval
 from dflash_operator.api.constants import (
     STAGE_CONDITIONS,
     STAGE_PHASES,
@@ -37,7 +38,6 @@ from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
 from dflash_operator.plan.observed import CreateFailure, Observed
 from dflash_operator.plan.placement import place_stages
 from dflash_operator.plan.requests import (
-    Approval,
     RetryRequest,
     find_approval,
     parse_approvals,
@@ -113,7 +113,7 @@ def plan(inp: PlanInput) -> Plan:
         parse_status(inp.body.get("status")), generation=meta.generation or 0, now=inp.now
     )
     observed = inp.observed.owned_by(meta.uid)
-    retry = parse_retry(meta.annotations, draft.status.retry_token)
+    retry, retry_problem = parse_retry(meta.annotations, draft.status.retry_token)
     spec, problem = _parse_spec(inp.body.get("spec"), meta.name)
 
     if draft.status.phase == Phase.SUCCEEDED or (
@@ -155,8 +155,9 @@ def plan(inp: PlanInput) -> Plan:
         _apply_retry(ctx, draft, retry, stages, observed)
     approvals, approval_problems = parse_approvals(meta.annotations)
     current = _walk(ctx, draft, stages, observed, approvals)
-    if draft.status.phase == Phase.AUDIT_FAILED and approval_problems:
-        draft.status.message = f"{draft.status.message}; ignored: {'; '.join(approval_problems)}"
+    ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
+    if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
+        draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
     _sync_suspension(ctx, draft, current)
     draft.status.node_pools = format_node_pools(
         {POOL_COLUMN_NAMES[s]: placements[s].pool_name for s in stages if s in POOL_COLUMN_NAMES}
@@ -193,7 +194,7 @@ def _walk(
     draft: Draft,
     stages: tuple[Stage, ...],
     observed: Observed,
-    approvals: list[Approval],
+    approvals: list[AuditApproval],
 ) -> Stage | None:
     """Advance through the stages; returns the stage the run is in (None once all are done)."""
     for stage in stages:
@@ -223,7 +224,7 @@ def _skip(draft: Draft, stage: Stage, why: str) -> None:
         )
 
 
-def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[Approval]) -> bool:
+def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[AuditApproval]) -> bool:
     gate = STAGE_GATES[stage]
     result = draft.status.audit.result(gate) if draft.status.audit else None
     if result is None:

@@ -1,6 +1,6 @@
 """User requests written as annotations on the run: `dflash.dev/retry` (re-run a stage with a
-new attempt) and `dflash.dev/approve-audit` (accept a failed gate). Parsing only; the
-planner decides what they do.
+new attempt) and `dflash.dev/approve-audit` (accept a failed gate). The values are parsed by
+the API (`api/annotations.py`); this adds which stage a retry names, and the lookup.
 """
 
 from __future__ import annotations
@@ -8,6 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dflash_operator.api.annotations import (
+    AnnotationError,
+    AuditApproval,
+    is_new_retry,
+)
+from dflash_operator.api.annotations import (
+    parse_approvals as parse_approval_value,
+)
 from dflash_operator.api.constants import (
     ANNOTATION_APPROVE_AUDIT,
     ANNOTATION_RETRY,
@@ -33,14 +41,6 @@ class RetryRequest:
     stage: Stage | None
 
 
-@dataclass(frozen=True)
-class Approval:
-    """One entry of the approve annotation; generation None accepts any failure of the gate."""
-
-    gate: Gate
-    generation: int | None
-
-
 def _named_stage(token: str) -> Stage | None:
     head = token.strip()
     for separator in _NONCE_SEPARATORS:
@@ -48,48 +48,35 @@ def _named_stage(token: str) -> Stage | None:
     return _STAGE_ALIASES.get(head.strip())
 
 
-def parse_retry(annotations: Mapping[str, str], last_token: str | None) -> RetryRequest | None:
-    """The retry to act on, or None when the annotation is absent or already acted on."""
+def parse_retry(
+    annotations: Mapping[str, str], last_token: str | None
+) -> tuple[RetryRequest | None, str | None]:
+    """(the retry to act on, or None when absent or already acted on; a problem, if any)."""
     token = annotations.get(ANNOTATION_RETRY)
-    if token is None or not token.strip() or token == last_token:
-        return None
-    return RetryRequest(token=token, stage=_named_stage(token))
+    try:
+        if token is None or not is_new_retry(token, last_token):
+            return None, None
+    except AnnotationError as error:
+        return None, str(error)
+    return RetryRequest(token=token, stage=_named_stage(token)), None
 
 
-def parse_approvals(annotations: Mapping[str, str]) -> tuple[list[Approval], list[str]]:
-    """(approvals, problems): `<gate>[@<generation>]` entries, comma-separated."""
+def parse_approvals(annotations: Mapping[str, str]) -> tuple[list[AuditApproval], list[str]]:
+    """(approvals, problems) of the approve-audit annotation (`<gate>@<generation>,...`)."""
     raw = annotations.get(ANNOTATION_APPROVE_AUDIT, "")
-    approvals: list[Approval] = []
-    problems: list[str] = []
-    for entry in (part.strip() for part in raw.split(",")):
-        if not entry:
-            continue
-        gate_text, _, generation_text = entry.partition("@")
-        try:
-            gate = Gate(gate_text.strip())
-        except ValueError:
-            accepted = ", ".join(g.value for g in Gate)
-            problems.append(
-                f"{ANNOTATION_APPROVE_AUDIT}: {entry!r} names no gate; accepted: "
-                f"<gate>@<generation> with gate one of {accepted}"
-            )
-            continue
-        generation: int | None = None
-        if generation_text.strip():
-            if not generation_text.strip().isdigit():
-                problems.append(
-                    f"{ANNOTATION_APPROVE_AUDIT}: {entry!r} has generation "
-                    f"{generation_text.strip()!r}; accepted: a whole number such as 3"
-                )
-                continue
-            generation = int(generation_text.strip())
-        approvals.append(Approval(gate, generation))
-    return approvals, problems
+    if not raw.strip():
+        return [], []
+    try:
+        return parse_approval_value(raw), []
+    except AnnotationError as error:
+        return [], [str(error)]
 
 
-def find_approval(approvals: list[Approval], gate: Gate, generation: int | None) -> Approval | None:
+def find_approval(
+    approvals: list[AuditApproval], gate: Gate, generation: int | None
+) -> AuditApproval | None:
     """The approval that accepts a failure of `gate` computed for `generation`, if any."""
     for approval in approvals:
-        if approval.gate == gate and approval.generation in (None, generation):
+        if approval.gate == gate and approval.generation == generation:
             return approval
     return None

@@ -6,11 +6,12 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from dflash_operator.api.annotations import AuditApproval
 from dflash_operator.api.constants import Gate, Stage
 from dflash_operator.api.status_parts import AuditViolation
 from dflash_operator.plan.observed import PodView, Termination
 from dflash_operator.plan.outcomes import describe_violation
-from dflash_operator.plan.requests import Approval, find_approval, parse_approvals, parse_retry
+from dflash_operator.plan.requests import find_approval, parse_approvals, parse_retry
 from dflash_operator.plan.results import (
     build_audit_result,
     describe_failure,
@@ -147,7 +148,8 @@ def test_the_latest_failure_is_described_with_its_pod_exit_code_and_message() ->
 def test_a_new_retry_value_is_a_request_and_may_name_a_stage(
     value: str, last: str | None, stage: Stage | None
 ) -> None:
-    request = parse_retry({"dflash.dev/retry": value}, last)
+    request, problem = parse_retry({"dflash.dev/retry": value}, last)
+    assert problem is None
     assert request is not None and request.token == value and request.stage == stage
 
 
@@ -158,15 +160,28 @@ def test_a_new_retry_value_is_a_request_and_may_name_a_stage(
 def test_an_absent_or_already_handled_retry_is_no_request(
     annotations: dict[str, str], last: str | None
 ) -> None:
-    assert parse_retry(annotations, last) is None
+    assert parse_retry(annotations, last) == (None, None)
 
 
-def test_approvals_parse_gate_and_generation_and_report_bad_entries() -> None:
-    approvals, problems = parse_approvals(
-        {"dflash.dev/approve-audit": "completions@3, tokens , bogus, tokens@x"}
+def test_an_overlong_retry_value_is_a_problem_not_a_request() -> None:
+    request, problem = parse_retry({"dflash.dev/retry": "x" * 300}, None)
+    assert request is None
+    assert problem is not None and "at most 253" in problem
+
+
+def test_approvals_name_gate_and_generation_and_match_only_that_failure() -> None:
+    approvals, problems = parse_approvals({"dflash.dev/approve-audit": "completions@3, tokens@5"})
+    assert (approvals, problems) == (
+        [AuditApproval(Gate.COMPLETIONS, 3), AuditApproval(Gate.TOKENS, 5)],
+        [],
     )
-    assert approvals == [Approval(Gate.COMPLETIONS, 3), Approval(Gate.TOKENS, None)]
-    assert len(problems) == 2
     assert find_approval(approvals, Gate.COMPLETIONS, 3) is not None
     assert find_approval(approvals, Gate.COMPLETIONS, 2) is None
-    assert find_approval(approvals, Gate.TOKENS, 7) is not None
+    assert find_approval(approvals, Gate.TOKENS, 3) is None
+
+
+@pytest.mark.parametrize("value", ["completions", "bogus@1", "tokens@x"])
+def test_a_malformed_approval_is_reported_with_its_value(value: str) -> None:
+    approvals, problems = parse_approvals({"dflash.dev/approve-audit": value})
+    assert approvals == []
+    assert len(problems) == 1 and repr(value) in problems[0]
