@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,7 +21,6 @@ from dflash_operator.api.constants import (
     Phase,
     Reason,
     Stage,
-    Verdict,
 )
 from dflash_operator.api.naming import MAX_ATTEMPT, check_run_name, child_name
 from dflash_operator.api.resource import RunMetadata
@@ -38,11 +36,11 @@ from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
 from dflash_operator.plan.observed import CreateFailure, Observed
 from dflash_operator.plan.placement import place_stages
 from dflash_operator.plan.requests import (
-    RetryRequest,
     find_approval,
     parse_approvals,
     parse_retry,
 )
+from dflash_operator.plan.retry import apply_retry
 from dflash_operator.plan.stages import (
     POOL_COLUMN_NAMES,
     STAGE_GATES,
@@ -52,21 +50,11 @@ from dflash_operator.plan.stages import (
     build_stage_child,
     stage_kind,
 )
+from dflash_operator.plan.state import StageState, stage_state
 from dflash_operator.pools import PoolsConfig
 
 # A child that is still being deleted blocks its name; look again shortly.
 DELETING_RECHECK_SECONDS = 2.0
-_FAILED_REASONS = frozenset(
-    {Reason.STAGE_FAILED.value, Reason.RETRIES_EXHAUSTED.value, Reason.CHILD_CREATE_FAILED.value}
-)
-
-
-class StageState(Enum):
-    DONE = "done"
-    BLOCKED = "blocked"  # a gate failed and nobody approved it
-    FAILED = "failed"
-    PENDING = "pending"  # never started, or a retry asked for a new attempt
-    RUNNING = "running"
 
 
 @dataclass(frozen=True)
@@ -86,23 +74,6 @@ def parse_status(raw: Any) -> DFlashRunStatus:
         return DFlashRunStatus.model_validate(raw or {})
     except ValidationError:
         return DFlashRunStatus()
-
-
-def stage_state(draft: Draft, stage: Stage) -> StageState:
-    condition = draft.condition(STAGE_CONDITIONS[stage])
-    if condition is None or condition.reason == Reason.RETRY_REQUESTED.value:
-        return StageState.PENDING
-    if condition.status == ConditionStatus.TRUE:
-        if stage not in STAGE_GATES:
-            return StageState.DONE
-        audit = draft.status.audit
-        result = audit.result(STAGE_GATES[stage]) if audit else None
-        if result is not None and (result.verdict == Verdict.PASS or result.approved):
-            return StageState.DONE
-        return StageState.BLOCKED
-    if condition.reason in _FAILED_REASONS:
-        return StageState.FAILED
-    return StageState.RUNNING
 
 
 def plan(inp: PlanInput) -> Plan:
@@ -152,7 +123,7 @@ def plan(inp: PlanInput) -> Plan:
         if not child.deleting and child.stage is not None:
             draft.record_child(child)
     if retry is not None:
-        _apply_retry(ctx, draft, retry, stages, observed)
+        apply_retry(ctx, draft, retry, stages, observed)
     approvals, approval_problems = parse_approvals(meta.annotations)
     current = _walk(ctx, draft, stages, observed, approvals)
     ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
@@ -335,56 +306,6 @@ def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -
         return
     draft.event(Reason.CHILD_CREATE_FAILED, message)
     draft.set_phase(STAGE_PHASES[stage], message)
-
-
-def _apply_retry(
-    ctx: StageContext,
-    draft: Draft,
-    retry: RetryRequest,
-    stages: tuple[Stage, ...],
-    observed: Observed,
-) -> None:
-    """Reset the named (or current) stage and everything after it; stop what still runs."""
-    active = list(stages)
-    current = next((s for s in active if stage_state(draft, s) != StageState.DONE), None)
-    if current is None:
-        return
-    target = current
-    if retry.stage in active and active.index(retry.stage) <= active.index(current):
-        target = retry.stage
-    reset_gate = False
-    for stage in active[active.index(target) :]:
-        kind = stage_kind(ctx.spec, stage).kind
-        attempt = draft.attempt(stage)
-        if attempt:
-            old = observed.child(kind, child_name(ctx.run.name, stage, attempt))
-            if old is not None and not old.finished.done and not old.deleting:
-                draft.act(DeleteChild(kind, old.name))
-        if stage in STAGE_GATES and draft.condition(STAGE_CONDITIONS[stage]) is not None:
-            outcomes.clear_audit(draft, STAGE_GATES[stage])
-            reset_gate = True
-        if stage == target:
-            message = Reason.RETRY_REQUESTED.message(
-                stage=stage.value, token=retry.token, attempt=attempt + 1
-            )
-            draft.set_condition(
-                STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.RETRY_REQUESTED, message
-            )
-            draft.status.message = message
-        else:
-            draft.remove_condition(STAGE_CONDITIONS[stage])
-    if reset_gate:
-        draft.set_condition(
-            ConditionType.DATA_AUDIT_PASSED, ConditionStatus.UNKNOWN, Reason.RETRY_REQUESTED,
-            draft.status.message or "", announce=False,
-        )  # fmt: skip
-    if draft.status.phase == Phase.FAILED:
-        draft.set_condition(
-            ConditionType.FAILED, ConditionStatus.FALSE, Reason.RETRY_REQUESTED,
-            draft.status.message or "", announce=False,
-        )  # fmt: skip
-        draft.status.completion_time = None
-        draft.set_phase(STAGE_PHASES[target])
 
 
 def _succeed(draft: Draft, evaluated: bool) -> None:

@@ -1,0 +1,72 @@
+"""A retry request (annotation `dflash.dev/retry`): reset the named (or current) stage and
+every stage after it, so that each runs again as a new attempt."""
+
+from __future__ import annotations
+
+from dflash_operator.api.constants import (
+    STAGE_CONDITIONS,
+    STAGE_PHASES,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    Reason,
+    Stage,
+)
+from dflash_operator.api.naming import child_name
+from dflash_operator.plan import outcomes
+from dflash_operator.plan.actions import DeleteChild
+from dflash_operator.plan.draft import Draft
+from dflash_operator.plan.observed import Observed
+from dflash_operator.plan.requests import RetryRequest
+from dflash_operator.plan.stages import STAGE_GATES, StageContext, stage_kind
+from dflash_operator.plan.state import StageState, stage_state
+
+
+def apply_retry(
+    ctx: StageContext,
+    draft: Draft,
+    retry: RetryRequest,
+    stages: tuple[Stage, ...],
+    observed: Observed,
+) -> None:
+    """Reset the named (or current) stage and everything after it; stop what still runs."""
+    active = list(stages)
+    current = next((s for s in active if stage_state(draft, s) != StageState.DONE), None)
+    if current is None:
+        return
+    target = current
+    if retry.stage in active and active.index(retry.stage) <= active.index(current):
+        target = retry.stage
+    reset_gate = False
+    for stage in active[active.index(target) :]:
+        kind = stage_kind(ctx.spec, stage).kind
+        attempt = draft.attempt(stage)
+        if attempt:
+            old = observed.child(kind, child_name(ctx.run.name, stage, attempt))
+            if old is not None and not old.finished.done and not old.deleting:
+                draft.act(DeleteChild(kind, old.name))
+        if stage in STAGE_GATES and draft.condition(STAGE_CONDITIONS[stage]) is not None:
+            outcomes.clear_audit(draft, STAGE_GATES[stage])
+            reset_gate = True
+        if stage == target:
+            message = Reason.RETRY_REQUESTED.message(
+                stage=stage.value, token=retry.token, attempt=attempt + 1
+            )
+            draft.set_condition(
+                STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.RETRY_REQUESTED, message
+            )
+            draft.status.message = message
+        else:
+            draft.remove_condition(STAGE_CONDITIONS[stage])
+    if reset_gate:
+        draft.set_condition(
+            ConditionType.DATA_AUDIT_PASSED, ConditionStatus.UNKNOWN, Reason.RETRY_REQUESTED,
+            draft.status.message or "", announce=False,
+        )  # fmt: skip
+    if draft.status.phase == Phase.FAILED:
+        draft.set_condition(
+            ConditionType.FAILED, ConditionStatus.FALSE, Reason.RETRY_REQUESTED,
+            draft.status.message or "", announce=False,
+        )  # fmt: skip
+        draft.status.completion_time = None
+        draft.set_phase(STAGE_PHASES[target])
