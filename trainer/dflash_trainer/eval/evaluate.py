@@ -86,21 +86,47 @@ def select_prompts(cfg: EvalConfig, vocab_size: int, mask_token_id: int) -> list
     return out
 
 
+def build_greedy_references(
+    target: TargetParts,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    stops: set[int],
+    device: torch.device,
+) -> list[list[int]]:
+    """Plain greedy outputs, batching prompts of equal length (one batch for random prompts)."""
+    by_length: dict[int, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(i)
+    out: list[list[int]] = [[] for _ in prompts]
+    for length, members in by_length.items():
+        batch = torch.tensor([prompts[i] for i in members], device=device)
+        rows = greedy_generate(target.model, batch, max_new_tokens, stops)
+        for row, i in zip(rows, members, strict=True):
+            tokens = row[length:].tolist()
+            if stops:  # a row that stopped early is padded with its stop token
+                cut = next((j for j, t in enumerate(tokens) if t in stops), len(tokens) - 1)
+                tokens = tokens[: cut + 1]
+            out[i] = tokens
+    return out
+
+
 def evaluate_builtin(cfg: EvalConfig, target: TargetParts, device: torch.device) -> EvalReport:
     drafter = load_exported_drafter(cfg.drafter, device).eval()
     taps = TargetTaps(target, drafter.config.target_layer_ids)
     prompts = select_prompts(cfg, int(target.config.vocab_size), drafter.config.mask_token_id)
     stats = AcceptanceStats(drafter.config.block_size)
     stops = set(cfg.stop_token_ids)
-    mismatches = 0
-    for i, prompt in enumerate(prompts):
+    outputs = []
+    for prompt in prompts:
         out = speculative_generate(target, taps, drafter, prompt, cfg.max_new_tokens, stops)
         stats.add(out)
-        if cfg.check_greedy:
-            ref = greedy_generate(
-                target.model, torch.tensor([prompt], device=device), cfg.max_new_tokens, stops
-            )[0, len(prompt) :].tolist()
-            if out.tokens != ref:
+        outputs.append(out.tokens)
+    taps.remove()
+    mismatches = 0
+    if cfg.check_greedy:
+        references = build_greedy_references(target, prompts, cfg.max_new_tokens, stops, device)
+        for i, (spec, ref) in enumerate(zip(outputs, references, strict=True)):
+            if spec != ref:
                 mismatches += 1
                 log.warning("prompt %d: speculative output differs from greedy decoding", i)
     return EvalReport(

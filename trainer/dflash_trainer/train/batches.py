@@ -159,6 +159,10 @@ class DataCursor:
         self.offset += self.global_batch
         return self.epoch, rows
 
+    def epoch_progress(self) -> float:
+        """Epochs done, fractional (for progress reports)."""
+        return self.epoch + self.offset / max(1, self.num_rows)
+
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "offset": self.offset}
 

@@ -28,7 +28,7 @@ GROUP, VERSION, PLURAL = "dflash.dev", "v1alpha1", "dflashruns"
 class StepMetrics:
     step: int
     total_steps: int
-    epoch: int
+    epoch: float
     loss: float
     accuracy: float
     per_position_accuracy: list[float]
@@ -42,7 +42,7 @@ class StepMetrics:
     def log_line(self) -> str:
         pos = " ".join(f"{a:.2f}" for a in self.per_position_accuracy[:8])
         return (
-            f"step {self.step}/{self.total_steps} epoch {self.epoch} loss {self.loss:.4f} "
+            f"step {self.step}/{self.total_steps} epoch {self.epoch:.2f} loss {self.loss:.4f} "
             f"acc {self.accuracy:.3f} [{pos}] tok/s {self.tokens_per_second:,.0f} "
             f"lr {self.lr:.2e} eta {format_duration(self.eta_seconds)}"
         )
@@ -77,7 +77,7 @@ def build_training_patch(m: StepMetrics) -> dict[str, Any]:
             "training": {
                 "step": m.step,
                 "totalSteps": m.total_steps,
-                "epoch": m.epoch,
+                "epoch": round(m.epoch, 4),
                 "loss": round(m.loss, 6),
                 "accuracy": round(m.accuracy, 6),
                 "tokensPerSecond": round(m.tokens_per_second, 1),
