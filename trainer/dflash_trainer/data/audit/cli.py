@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "path", nargs="?", help="dataset file/folder/s3 prefix, or sources.yaml (prompts)"
     )
     p.add_argument("--gate", choices=GATES, help="default: detected from the columns")
+    p.add_argument("--sources", help="prompts gate: sources.yaml (instead of PATH)")
     p.add_argument(
         "--run-root", help="run root (s3:// or folder): default input and report location"
     )
@@ -113,9 +114,14 @@ def resolve_input(args: argparse.Namespace) -> tuple[str, str]:
     """(gate, input path) from the arguments; BadInputError when it cannot be decided."""
     path = args.path
     gate = args.gate
+    if path is None and args.sources and gate in (None, "prompts"):
+        path, gate = args.sources, "prompts"
     if path is None:
         if not (args.run_root and gate in RUN_ROOT_INPUT):
-            raise BadInputError("give a dataset path, or --run-root with --gate completions|tokens")
+            raise BadInputError(
+                "give a dataset path, --sources FILE (prompts gate), or --run-root with "
+                "--gate completions|tokens"
+            )
         path = join_uri(args.run_root, RUN_ROOT_INPUT[gate])
     if gate is None:
         if path.endswith((".yaml", ".yml", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json")):
@@ -197,7 +203,7 @@ def run_dataset_gate(
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    for name in ("path", "run_root", "out", "thresholds"):
+    for name in ("path", "run_root", "out", "thresholds", "sources"):
         if getattr(args, name):
             setattr(args, name, to_local_uri(getattr(args, name)))
     gate, path = resolve_input(args)
