@@ -15,7 +15,7 @@ from dflash_trainer.train.loss import build_block_loss
 
 VOCAB = 64
 BLOCK = 4
-STEPS = 120
+STEPS = 90
 SMALL_TARGET = {
     "model_type": "qwen3",
     "vocab_size": VOCAB,

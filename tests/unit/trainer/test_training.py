@@ -45,7 +45,7 @@ def test_the_loss_decreases_over_50_steps(
     cfg = quick_config(
         target={"config": request.getfixturevalue(target)},
         data={
-            "self_distill": {"samples": 64, "prompt_tokens": 8, "answer_tokens": 24},
+            "self_distill": {"samples": 32, "prompt_tokens": 8, "answer_tokens": 20},
             "batch_size": 8,
         },
         optim={"lr": 3e-3, "max_steps": STEPS, "warmup_ratio": 0.0},

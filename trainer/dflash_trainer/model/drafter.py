@@ -25,7 +25,7 @@ INIT_STD = 0.02
 
 
 class RMSNorm(nn.Module):
-    """Qwen3's RMSNorm: normalise in float32, scale in the input dtype."""
+    """Qwen3's RMSNorm: normalise and scale in float32, return the input dtype."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -36,7 +36,7 @@ class RMSNorm(nn.Module):
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return (self.weight * x32).to(dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -171,7 +171,7 @@ class DFlashDrafter(nn.Module):
         target_features: torch.Tensor,
         layout: BlockLayout,
         *,
-        backend: Backend = "sdpa",
+        backend: Backend = "auto",
         chunk_queries: int = DEFAULT_CHUNK_QUERIES,
     ) -> torch.Tensor:
         """`block_embeds [b, N*B, H]` (target embeddings of `[token, MASK...]` per block) and

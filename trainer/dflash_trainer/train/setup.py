@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from dflash_trainer.eval.greedy import build_self_distill_samples
-from dflash_trainer.model.block_attention import Backend
 from dflash_trainer.model.config import DrafterConfig, build_drafter_config
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.target import TargetParts, load_target
@@ -72,14 +71,8 @@ def build_drafter(cfg: DrafterConfig, seed: int, device: torch.device) -> DFlash
     return drafter.to(device)
 
 
-def resolve_backend(name: str, device: torch.device) -> Backend:
-    if name == "auto":
-        return "flex" if device.type == "cuda" else "sdpa"
-    return name  # type: ignore[return-value]
-
-
 def build_objective_settings(
-    cfg: TrainConfig, drafter_cfg: DrafterConfig, device: torch.device
+    cfg: TrainConfig, drafter_cfg: DrafterConfig
 ) -> ObjectiveSettings:
     return ObjectiveSettings(
         block_size=drafter_cfg.block_size,
@@ -88,7 +81,7 @@ def build_objective_settings(
         anchors_per_sequence=cfg.objective.anchors_per_sequence,
         max_seq_len=cfg.data.max_seq_len,
         loss_chunk_tokens=cfg.objective.loss_chunk_tokens,
-        backend=resolve_backend(cfg.drafter.attention_backend, device),
+        backend=cfg.drafter.attention_backend,
         chunk_queries=cfg.drafter.chunk_queries,
         seed=cfg.seed,
     )

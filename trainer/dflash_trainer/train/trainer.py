@@ -128,7 +128,7 @@ class Trainer:
         self.total_steps = count_total_steps(cfg, len(self.rows), self.global_batch)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.cursor = DataCursor(len(self.rows), self.global_batch, cfg.seed, cfg.data.shuffle)
-        self.settings = build_objective_settings(cfg, self.drafter_cfg, env.device)
+        self.settings = build_objective_settings(cfg, self.drafter_cfg)
         self.step = 0
         self.last_loss = float("nan")
         self.patcher = StatusPatcher(cfg.logging.progress_patch_seconds)
