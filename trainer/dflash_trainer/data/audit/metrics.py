@@ -58,7 +58,9 @@ class SourceIndex:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
         if not pa.types.is_dictionary(column.type):
-            column = column.fill_null("(null)").dictionary_encode()
+            if column.null_count:
+                column = column.fill_null("(null)")
+            column = column.dictionary_encode()
         lookup = np.array(
             [self.id_of(str(v)) for v in column.dictionary.to_pylist()], dtype=np.int64
         )
@@ -108,9 +110,12 @@ def add_histograms(
         return
     grid = np.bincount(src * width + clipped, minlength=sources * width).reshape(sources, width)
     present = np.flatnonzero(grid.sum(axis=1))
+    # Each source's largest value is its last non-empty bin, unless it overflowed the cap.
+    last = width - 1 - np.argmax(grid[:, ::-1] > 0, axis=1)
+    overflow = width - 1 == HIST_CAP
     for s in present:
-        hist = store.setdefault(names[int(s)], IntHistogram())
-        hist.add_counts(grid[s], int(values[src == s].max()))
+        top = int(values[src == s].max()) if overflow else int(last[s])
+        store.setdefault(names[int(s)], IntHistogram()).add_counts(grid[s], top)
 
 
 def overall_histogram(per_source: dict[str, IntHistogram]) -> IntHistogram:
