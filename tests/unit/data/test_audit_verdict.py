@@ -97,3 +97,21 @@ def test_the_termination_message_always_fits_in_4_kb_and_keeps_the_verdict() -> 
     assert len(text.encode()) <= MAX_MESSAGE_BYTES
     assert data["verdict"] == "fail" and data["violations"][0]["check"] == "c0"
     assert data["violationsTruncated"] is True and "perSource" not in data["violations"][0]
+
+
+@pytest.mark.parametrize(
+    ("message", "fixable"),
+    [
+        ("s3://b/k does not exist", True),
+        ("access to s3://b/k was refused (AccessDenied): check the credentials Secret", True),
+        ("reading s3://b/k failed: Could not connect to the endpoint URL", False),
+        ("listing s3://b/p failed: SlowDown", False),
+    ],
+)
+def test_missing_objects_and_refused_credentials_are_bad_input_while_outages_are_retried(
+    message: str, fixable: bool
+) -> None:
+    from dflash_trainer.data.errors import is_user_fixable
+    from dflash_trainer.storage import StorageError
+
+    assert is_user_fixable(StorageError(message)) is fixable

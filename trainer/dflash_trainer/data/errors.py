@@ -9,6 +9,13 @@ class BadInputError(Exception):
     """Bad input a user can fix: the message names the file or field, the value, what is accepted."""
 
 
+def is_user_fixable(storage_error: Exception) -> bool:
+    """A missing object or refused credentials (exit 2), as opposed to an unreachable or failing
+    store (exit 1: the Job retries). Matches the messages of `dflash_trainer.storage`."""
+    text = str(storage_error)
+    return text.endswith("does not exist") or "was refused" in text or "is not an S3 URI" in text
+
+
 def format_validation_error(error: ValidationError, where: str) -> str:
     """`where: field.path: problem (got value)` for the first error, plus a count of the rest."""
     first = error.errors()[0]

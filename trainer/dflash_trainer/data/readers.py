@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.errors import BadInputError, is_user_fixable
 from dflash_trainer.data.records import SampleError
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, arrow_filesystem, store_for
@@ -68,6 +68,8 @@ def list_source_files(uri: str) -> list[str]:
         prefix = uri if uri.endswith("/") else uri + "/"
         objects = [o.uri for o in store.list(prefix)]
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"source {uri}: {exc}") from None
     files = [u for u in objects if _is_data_file(u)]
     if not files:
@@ -119,6 +121,8 @@ def iter_jsonl(uri: str, compression: str | None) -> Iterator[RawRow]:
     try:
         stream = open_text_lines(uri, compression)
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"source file {exc}") from None
     line_no = 0
     try:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from dflash_trainer.data.errors import BadInputError, format_validation_error
+from dflash_trainer.data.errors import BadInputError, format_validation_error, is_user_fixable
 from dflash_trainer.storage import StorageError, store_for
 
 
@@ -98,6 +98,8 @@ def load_sources(uri: str | Path) -> list[SourceSpec]:
     try:
         raw = store_for(where).read_bytes(where)
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"sources file: {exc}") from None
     try:
         data = yaml.safe_load(raw)

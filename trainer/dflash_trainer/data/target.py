@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.errors import BadInputError, is_user_fixable
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, is_s3_uri, store_for
 
@@ -50,6 +50,8 @@ def resolve_model_dir(model: str, include_weights: bool = False) -> str:
     try:
         objects = store.list(prefix)
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"--model {model}: {exc}") from None
     if not objects:
         raise BadInputError(f"--model {model}: no files under this S3 prefix")

@@ -32,6 +32,7 @@ from dflash_trainer.data.audit.thresholds import Thresholds, load_thresholds
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.stage_result import (
     EXIT_BAD_INPUT,
+    EXIT_ERROR,
     EXIT_GATE_FAILED,
     EXIT_OK,
     finish_stage,
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInputError as exc:
         payload = {"stage": "audit", "ok": False, "gate": args.gate, "message": str(exc)}
         return finish_stage(payload, EXIT_BAD_INPUT, args.termination_log)
+    except StorageError as exc:
+        payload = {"stage": "audit", "ok": False, "gate": args.gate, "message": str(exc)}
+        return finish_stage(payload, EXIT_ERROR, args.termination_log)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.errors import BadInputError, is_user_fixable
 from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
 
 DATA_SUFFIXES = (".parquet", ".arrow")
@@ -58,6 +58,8 @@ def resolve_files(path: str) -> list[str]:
         folder = path.rstrip("/")
         listing = [o.uri for o in store.list(folder + "/")]
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"{path}: {exc}") from None
     names = {u.rsplit("/", 1)[-1]: u for u in listing}
     if TOKENIZED_MANIFEST in names:
@@ -119,7 +121,26 @@ def iter_batches(
         try:
             yield from _file_batches(uri, columns, batch_rows, use_threads)
         except (OSError, pa.ArrowException) as exc:
+            if is_transient(exc):  # the store, not the data: exit 1 so that the Job retries
+                raise StorageError(f"reading {uri} failed: {exc}") from None
             raise BadInputError(f"{uri}: unreadable as Parquet/Arrow: {exc}") from None
+
+
+# Arrow's S3 client reports these for an unreachable or overloaded store.
+TRANSIENT_MARKERS = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "Connection refused",
+    "timed out",
+    "SLOW_DOWN",
+    "Service Unavailable",
+    "INTERNAL_FAILURE",
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in TRANSIENT_MARKERS)
 
 
 def _file_batches(

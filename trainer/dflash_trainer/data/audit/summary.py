@@ -38,7 +38,9 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     for check, rows_ in report.examples.items():
         if rows_:
             first = rows_[0]
-            key = next(k for k in ("supervised", "response", "supervisedIds", "where") if k in first)
+            key = next(
+                k for k in ("supervised", "response", "supervisedIds", "where") if k in first
+            )
             shown = first[key]
             lines.append(f"  example ({check}, {first.get('source')}): {shown!r}"[:300])
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from dflash_trainer.data.errors import BadInputError, format_validation_error
+from dflash_trainer.data.errors import BadInputError, format_validation_error, is_user_fixable
 from dflash_trainer.storage import StorageError, store_for
 
 Rate = Field  # readability: every rate below is a fraction in [0, 1]
@@ -175,6 +175,8 @@ def load_thresholds(uri: str | Path | None) -> Thresholds:
     try:
         raw = store_for(where).read_bytes(where)
     except StorageError as exc:
+        if not is_user_fixable(exc):
+            raise
         raise BadInputError(f"thresholds file: {exc}") from None
     try:
         data = yaml.safe_load(raw)
