@@ -49,7 +49,8 @@ def regen_args(
 
 def read_ids(uri: str) -> list[str]:
     filesystem, path = arrow_filesystem(uri)
-    return pq.read_table(filesystem.open_input_file(path), columns=["id"]).column("id").to_pylist()
+    table = pq.read_table(filesystem.open_input_file(path), columns=["id"])
+    return [str(i) for i in table.column("id").to_pylist()]
 
 
 def shard_ids(store: ShardStore) -> list[str]:

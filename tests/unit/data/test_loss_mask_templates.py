@@ -50,7 +50,7 @@ def supervised_decoded(
     sup = [t for t, m in zip(ids, mask, strict=True) if m]
     first = mask.index(1)
     assert all(mask[first:]), "the supervised tokens are one contiguous run at the end"
-    return tokenizer.decode(sup), tokenizer.decode(ids[:first])
+    return str(tokenizer.decode(sup)), str(tokenizer.decode(ids[:first]))
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
