@@ -119,15 +119,7 @@ def write_checkpoint_files(
     (folder / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
-def build_commit_record(folder: Path, step: int) -> dict[str, Any]:
-    files = [
-        {
-            "path": name,
-            "sha256": sha256_file(folder / name),
-            "bytes": (folder / name).stat().st_size,
-        }
-        for name in CHECKPOINT_FILES
-    ]
+def build_commit_record(step: int, files: list[dict[str, Any]]) -> dict[str, Any]:
     return {"step": step, "time": datetime.now(UTC).isoformat(), "files": files}
 
 
@@ -249,14 +241,19 @@ class CheckpointUploader:
     def upload_and_commit(self, folder: Path, step: int) -> tuple[int, str, str]:
         uri = join_uri(self.root, step_dir_name(step))
         store = store_for(uri)
-        record = build_commit_record(folder, step)
+
+        def hash_and_upload(name: str) -> dict[str, Any]:
+            # Hashing in the upload threads overlaps it with the other files' transfers.
+            entry = {
+                "path": name,
+                "sha256": sha256_file(folder / name),
+                "bytes": (folder / name).stat().st_size,
+            }
+            store.upload_file(folder / name, join_uri(uri, name))
+            return entry
+
         with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
-            list(
-                pool.map(
-                    lambda name: store.upload_file(folder / name, join_uri(uri, name)),
-                    CHECKPOINT_FILES,
-                )
-            )
+            record = build_commit_record(step, list(pool.map(hash_and_upload, CHECKPOINT_FILES)))
         commit_bytes = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
         store.write_bytes(join_uri(uri, COMMIT_FILE), commit_bytes)  # last: the commit point
         deleted = prune_checkpoints(self.root, self.keep_last)
