@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask
-
 from dflash_trainer.model.block_attention import BlockLayout, _chunk_plan, block_attention
+from torch.nn.attention.flex_attention import create_block_mask
 
 REPEATS = 3
 

@@ -101,7 +101,9 @@ def fetch_model_folder(uri: str, cache_dir: Path) -> Path:
     return dest
 
 
-def load_pretrained_target(path: str, dtype: torch.dtype, cache_dir: Path) -> nn.Module:
+def load_pretrained_target(
+    path: str, dtype: torch.dtype, cache_dir: Path, device: torch.device
+) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     folder = fetch_model_folder(path, cache_dir)
@@ -112,7 +114,11 @@ def load_pretrained_target(path: str, dtype: torch.dtype, cache_dir: Path) -> nn
             + ("" if path.startswith(("/", ".", "~")) else " or a Hub id when online")
         )
     try:
-        model: nn.Module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        # Straight onto the GPU: 8 ranks of a node staging a 27B target in host RAM would not fit.
+        device_map = {"": device} if device.type == "cuda" else None
+        model: nn.Module = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype, device_map=device_map
+        )
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TargetError(f"target.path={path} could not be loaded: {first_line}") from None
@@ -162,7 +168,7 @@ def load_target(
     if (path is None) == (config is None):
         raise TargetError("set exactly one of target.path and target.config")
     if path is not None:
-        model = load_pretrained_target(path, torch_dtype, cache_dir)
+        model = load_pretrained_target(path, torch_dtype, cache_dir, device)
     else:
         assert config is not None
         model = build_random_target(config, seed, torch_dtype)

@@ -71,9 +71,7 @@ def build_drafter(cfg: DrafterConfig, seed: int, device: torch.device) -> DFlash
     return drafter.to(device)
 
 
-def build_objective_settings(
-    cfg: TrainConfig, drafter_cfg: DrafterConfig
-) -> ObjectiveSettings:
+def build_objective_settings(cfg: TrainConfig, drafter_cfg: DrafterConfig) -> ObjectiveSettings:
     return ObjectiveSettings(
         block_size=drafter_cfg.block_size,
         mask_token_id=drafter_cfg.mask_token_id,
@@ -112,8 +110,10 @@ def build_rows_for(
 
 
 def build_optimizer(
-    model: torch.nn.Module, optim: OptimSection, device: torch.device
+    model: torch.nn.Module, optim: OptimSection, device: torch.device, sharded: bool
 ) -> torch.optim.Optimizer:
+    """AdamW; the fused CUDA kernel for plain/DDP parameters, the default (foreach) for
+    FSDP2's sharded DTensor parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
         params,
@@ -121,7 +121,7 @@ def build_optimizer(
         betas=optim.betas,
         eps=optim.eps,
         weight_decay=optim.weight_decay,
-        fused=device.type == "cuda" or None,
+        fused=(device.type == "cuda" and not sharded) or None,
     )
 
 

@@ -120,7 +120,8 @@ class Trainer:
         self.taps = TargetTaps(self.target, self.drafter_cfg.target_layer_ids)
         drafter = build_drafter(self.drafter_cfg, cfg.drafter.init_seed, env.device)
         self.model: nn.Module = wrap_drafter(drafter, env, cfg.distributed.strategy)
-        self.optimizer = build_optimizer(self.model, cfg.optim, env.device)
+        sharded = env.is_distributed and cfg.distributed.strategy == "fsdp2"
+        self.optimizer = build_optimizer(self.model, cfg.optim, env.device, sharded)
         self.rows, self.holdout = build_rows_for(
             cfg.data, cfg.run_root, self.target, self.drafter_cfg.mask_token_id
         )
