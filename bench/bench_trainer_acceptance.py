@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=256)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--set", nargs="*", default=[], help="extra train.yaml overrides")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_train_config(
@@ -60,6 +61,7 @@ def main() -> None:
                 f"optim.max_steps={args.steps}",
                 "checkpoint.resume=false",
                 f"checkpoint.every_steps={args.steps}",
+                *args.set,
             ],
             run_root=tmp,
         )

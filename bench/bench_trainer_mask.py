@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from dflash_trainer.model.block_attention import BlockLayout, _chunk_plan, block_attention
+from dflash_trainer.model.block_attention import BlockLayout, block_attention, build_chunk_plan
 from torch.nn.attention.flex_attention import create_block_mask
 
 REPEATS = 3
@@ -42,7 +42,7 @@ def mask_costs(seq: int, anchors: int, block: int) -> None:
     dense_bytes = dense.numel() * dense.element_size()
 
     def chunks() -> list[Any]:
-        return _chunk_plan(build_layout(seq, anchors, block), None, 256)
+        return build_chunk_plan(build_layout(seq, anchors, block), None, 256)
 
     chunk_s, plan = best_of(chunks)
     chunk_bytes = sum(mask.numel() * mask.element_size() for *_, mask in plan)

@@ -91,3 +91,21 @@ def test_rng_states_round_trip_through_a_weights_only_load(tmp_path: Path) -> No
     assert found is not None
     ckpt.restore_rng_state(found.rng()[0])
     assert (torch.rand(3).tolist(), float(np.random.rand()), random.random()) == expected
+
+
+def test_a_failed_upload_is_a_warning_until_the_final_wait(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the checkpoint folder should be")
+    uploader = ckpt.CheckpointUploader(str(blocker / "checkpoints"), keep_last=2)
+    for step in (1, 2):
+        folder = ckpt.staging_folder(step)
+        ckpt.write_checkpoint_files(
+            folder, weights={"w": torch.zeros(1)}, optimizer={}, rng=[], state={"step": step}
+        )
+        with caplog.at_level(logging.WARNING):
+            uploader.submit(folder, step)
+    assert "a checkpoint upload failed" in caplog.text and "step 2 retries" in caplog.text
+    with pytest.raises(OSError):
+        uploader.wait()

@@ -148,7 +148,7 @@ def _sdpa(
     )
 
 
-def _chunk_plan(
+def build_chunk_plan(
     layout: BlockLayout, window: int | None, chunk_queries: int
 ) -> list[tuple[int, int, int, int, torch.Tensor]]:
     """Per chunk: (first slot, end slot, context start, context end, mask); cached per window."""
@@ -191,7 +191,7 @@ def _chunked(
 ) -> torch.Tensor:
     s = layout.context_len
     outputs = []
-    for q_start, q_end, ctx_start, ctx_end, mask in _chunk_plan(layout, window, chunk_queries):
+    for q_start, q_end, ctx_start, ctx_end, mask in build_chunk_plan(layout, window, chunk_queries):
         k_chunk = torch.cat([k[:, :, ctx_start:ctx_end], k[:, :, s + q_start : s + q_end]], dim=2)
         v_chunk = torch.cat([v[:, :, ctx_start:ctx_end], v[:, :, s + q_start : s + q_end]], dim=2)
         outputs.append(_sdpa(q[:, :, q_start:q_end], k_chunk, v_chunk, mask, scale))

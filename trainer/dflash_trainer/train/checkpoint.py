@@ -212,8 +212,17 @@ class CheckpointUploader:
         self.last_committed: tuple[int, str, str] | None = None
 
     def submit(self, folder: Path, step: int) -> None:
-        """Upload `folder` as `step` in the background (waits for the previous upload)."""
-        self.wait()
+        """Upload `folder` as `step` in the background (waits for the previous upload).
+
+        A previous upload that failed (after the store's retries) is a warning here: training
+        goes on and this checkpoint tries again. Only `wait()` at the end raises.
+        """
+        try:
+            self.wait()
+        except (StorageError, OSError) as exc:
+            log.warning(
+                "a checkpoint upload failed (%s); training continues, step %d retries", exc, step
+            )
         self._thread = threading.Thread(
             target=self._run, args=(folder, step), name=f"checkpoint-{step}", daemon=True
         )
