@@ -3,7 +3,8 @@
 Builds, in one process and for the same random anchors: the dense `[N*B, S+N*B]` mask
 (baseline), our chunked-SDPA plan (CPU default) and the flex-attention BlockMask (GPU
 default). Prints build time and bytes of each as ratios to the dense mask, the share of
-128x128 tiles flex computes, and, at a smaller size, attention forward time chunked vs dense.
+128x128 tiles flex computes, and attention forward+backward time and peak memory, chunked
+vs dense, from the debug run's size up to the paper's (one fresh process per cell).
 
     uv run python bench/bench_trainer_mask.py [--seq 3072 --anchors 512 --block 16]
 """
@@ -11,8 +12,12 @@ default). Prints build time and bytes of each as ratios to the dense mask, the s
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +25,9 @@ from dflash_trainer.model.block_attention import BlockLayout, block_attention, b
 from torch.nn.attention.flex_attention import create_block_mask
 
 REPEATS = 3
+ATTN_HEADS, ATTN_DIM = 2, 64
+# (tokens, anchors, block size): the debug run's size up to the paper's.
+ATTENTION_SIZES = [(64, 48, 8), (512, 64, 16), (1024, 128, 16), (3072, 512, 16)]
 
 
 def best_of(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -94,20 +102,68 @@ def mask_costs(seq: int, anchors: int, block: int) -> None:
     )
 
 
-def attention_costs(seq: int, anchors: int, block: int, heads: int, dim: int) -> None:
+def rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
+
+
+def attention_child(backend: str, seq: int, anchors: int, block: int) -> None:
+    """Forward + backward of one attention call in this fresh process: time and peak RSS."""
     layout = build_layout(seq, anchors, block)
     gen = torch.Generator().manual_seed(1)
-    q = torch.randn(1, heads, layout.num_queries, dim, generator=gen)
-    k = torch.randn(1, heads, seq + layout.num_queries, dim, generator=gen)
+    q = torch.randn(1, ATTN_HEADS, layout.num_queries, ATTN_DIM, generator=gen).requires_grad_()
+    k = torch.randn(1, ATTN_HEADS, seq + layout.num_queries, ATTN_DIM, generator=gen)
     v = torch.randn_like(k)
-    dense_s, dense = best_of(lambda: block_attention(q, k, v, layout, backend="dense"))
-    chunk_s, chunked = best_of(lambda: block_attention(q, k, v, layout, backend="sdpa"))
-    torch.testing.assert_close(chunked, dense, atol=1e-4, rtol=1e-4)
+    k.requires_grad_()
+    v.requires_grad_()
+
+    def run() -> None:
+        block_attention(q, k, v, layout, backend=backend).sum().backward()  # type: ignore[arg-type, no-untyped-call]
+
+    run()  # warm-up; also builds and caches the mask
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS counter
+    before = rss_kib("VmRSS")
+    seconds, _ = best_of(run)
+    print(json.dumps({"seconds": seconds, "peak_mib": (rss_kib("VmHWM") - before) / 1024}))
+
+
+def attention_costs(sizes: list[tuple[int, int, int]]) -> None:
     print(
-        f"attention forward, S={seq}, {anchors} anchors x B={block}, {heads} heads x {dim}: "
-        f"dense {dense_s * 1e3:.1f} ms, chunked {chunk_s * 1e3:.1f} ms (same output)"
+        f"attention forward+backward ({ATTN_HEADS} heads x {ATTN_DIM}, float32, one sequence, "
+        "fresh process per cell; time best of 3, peak RSS above the inputs):"
     )
-    print(f"RATIO attention time dense / chunked: {dense_s / chunk_s:.2f}x")
+    for seq, anchors, block in sizes:
+        cells = {}
+        for backend in ("dense", "sdpa"):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    backend,
+                    "--seq",
+                    str(seq),
+                    "--anchors",
+                    str(anchors),
+                    "--block",
+                    str(block),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            cells[backend] = json.loads(out.stdout.strip().splitlines()[-1])
+        dense, chunked = cells["dense"], cells["sdpa"]
+        pairs = anchors * block * (seq + anchors * block)
+        print(
+            f"  S={seq:5d} {anchors:3d} anchors x B={block:2d} ({pairs / 1e6:6.2f}M pairs): "
+            f"dense {dense['seconds'] * 1e3:8.1f} ms +{dense['peak_mib']:7.1f} MiB | chunked "
+            f"{chunked['seconds'] * 1e3:8.1f} ms +{chunked['peak_mib']:7.1f} MiB | RATIO time "
+            f"dense/chunked {dense['seconds'] / chunked['seconds']:.2f}x, memory "
+            f"{dense['peak_mib'] / max(chunked['peak_mib'], 0.1):.1f}x"
+        )
 
 
 def main() -> None:
@@ -115,12 +171,14 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=3072)
     parser.add_argument("--anchors", type=int, default=512)
     parser.add_argument("--block", type=int, default=16)
-    parser.add_argument("--attn-seq", type=int, default=1024)
-    parser.add_argument("--attn-anchors", type=int, default=128)
+    parser.add_argument("--child", choices=["dense", "sdpa"], default=None)
     args = parser.parse_args()
-    torch.set_grad_enabled(False)
-    mask_costs(args.seq, args.anchors, args.block)
-    attention_costs(args.attn_seq, args.attn_anchors, args.block, heads=4, dim=64)
+    if args.child:
+        attention_child(args.child, args.seq, args.anchors, args.block)
+        return
+    with torch.no_grad():
+        mask_costs(args.seq, args.anchors, args.block)
+    attention_costs(ATTENTION_SIZES)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ from torch.nn import functional
 
 Backend = Literal["auto", "dense", "sdpa", "flex"]
 BACKENDS: tuple[str, ...] = ("auto", "dense", "sdpa", "flex")
-# `auto` on CPU: below this many (query, key) pairs per row the dense mask is faster (fewer
-# kernel calls); above it the chunked kernel keeps memory O(chunk) at equal speed
-# (bench/bench_trainer_mask.py: 0.9 vs 2.5 ms at 192x256, 663 vs 644 ms at 8192x11264).
+# `auto` on CPU: dense up to ~1M (query, key) pairs per sequence, where both kernels tie
+# (fwd+bwd 1.9 vs 1.9 ms at 0.17M pairs); chunked above (1.4x faster at 1.6M pairs, 3x
+# faster with 3.9x less memory at 92M pairs: bench/bench_trainer_mask.py).
 DENSE_PAIRS_LIMIT = 1 << 20
 # ~256 query slots per chunk: a few dozen SDPA calls per layer at 512 anchors x B=16, while
 # the wasted (masked) share of each chunk's key range stays small.
