@@ -12,6 +12,7 @@ import yaml
 from dflash_trainer.eval.config import load_eval_config
 from dflash_trainer.train.__main__ import main as train_main
 from dflash_trainer.train.config import ConfigError, apply_overrides, load_train_config
+from dflash_trainer.train.result import build_stage_result
 
 MINIMAL = {"run_root": "/tmp/x", "target": {"path": "/models/qwen3"}}
 
@@ -107,3 +108,26 @@ def test_a_target_folder_that_does_not_exist_is_bad_input(tmp_path: Path) -> Non
     )
     assert train_main(["--config", str(config), "--termination-log", str(result)]) == 2
     assert "no-model" in json.loads(result.read_text())["message"]
+
+
+def test_pvc_uris_resolve_to_where_the_operator_mounts_claims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DFLASH_PVC_ROOT", "/mnt/claims")
+    data = {
+        "run_root": "pvc://runs/ns/r1",
+        "target": {"path": "pvc://models/qwen3-8b"},
+        "checkpoint": {"uri": "s3://b/ckpt"},
+    }
+    cfg = load_train_config(write(tmp_path, data))
+    assert cfg.run_root == "/mnt/claims/runs/ns/r1"
+    assert cfg.target.path == "/mnt/claims/models/qwen3-8b"
+    assert cfg.checkpoint_uri == "s3://b/ckpt"
+    eval_data = {key: value for key, value in data.items() if key != "checkpoint"}
+    evaluation = load_eval_config(write(tmp_path, eval_data, "eval.yaml"))
+    assert evaluation.drafter == "/mnt/claims/runs/ns/r1/final"
+
+
+def test_a_stage_result_message_is_capped_at_400_characters() -> None:
+    result = build_stage_result("train", False, "x" * 1000, step=3)
+    assert len(result["message"]) == 400 and result["step"] == 3

@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", required=True, type=Path, help="eval.yaml")
     parser.add_argument("--run-root", default=None, help="overrides run_root")
-    parser.add_argument("--termination-log", default="/dev/termination-log")
+    parser.add_argument(
+        "--termination-log",
+        default=None,
+        help="where to write the stage result JSON (default: /dev/termination-log if it exists)",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(

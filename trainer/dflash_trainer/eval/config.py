@@ -18,7 +18,16 @@ from dflash_trainer.train.config import (
     apply_overrides,
     format_validation_error,
     load_yaml_mapping,
+    resolve_pvc_uris,
 )
+
+EVAL_URI_KEYS = [
+    ("run_root",),
+    ("target", "path"),
+    ("drafter_uri",),
+    ("prompts", "tokenized_uri"),
+    ("output_uri",),
+]
 
 
 class RandomPromptsSection(Section):
@@ -80,6 +89,7 @@ def load_eval_config(
     data = apply_overrides(load_yaml_mapping(path), overrides or [])
     if run_root:
         data["run_root"] = run_root
+    data = resolve_pvc_uris(data, EVAL_URI_KEYS)
     try:
         return EvalConfig.model_validate(data)
     except ValidationError as exc:

@@ -38,8 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--run-root", default=None, help="overrides run_root (s3://... or path)")
     parser.add_argument(
         "--termination-log",
-        default="/dev/termination-log",
-        help="where rank 0 writes the stage result JSON ('' to skip)",
+        default=None,
+        help="where rank 0 writes the stage result JSON (default: /dev/termination-log if it "
+        "exists; '' to skip)",
     )
     parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     return parser.parse_args(argv)

@@ -196,12 +196,41 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
+def resolve_pvc_uris(data: dict[str, Any], keys: list[tuple[str, ...]]) -> dict[str, Any]:
+    """`pvc://<claim>/<path>` values at `keys` -> where the operator mounts the claim."""
+    from dflash_trainer.data.uris import to_local_uri
+
+    out = dict(data)
+    for key in keys:
+        node = out
+        for part in key[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            node[part] = node = dict(child)
+        else:
+            value = node.get(key[-1])
+            if isinstance(value, str):
+                node[key[-1]] = to_local_uri(value)
+    return out
+
+
+TRAIN_URI_KEYS = [
+    ("run_root",),
+    ("target", "path"),
+    ("data", "tokenized_uri"),
+    ("checkpoint", "uri"),
+    ("export", "uri"),
+]
+
+
 def load_train_config(
     path: Path, overrides: list[str] | None = None, run_root: str | None = None
 ) -> TrainConfig:
     data = apply_overrides(load_yaml_mapping(path), overrides or [])
     if run_root:
         data["run_root"] = run_root
+    data = resolve_pvc_uris(data, TRAIN_URI_KEYS)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:

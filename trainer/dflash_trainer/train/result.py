@@ -13,8 +13,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Kubernetes keeps at most 4096 bytes of a termination message.
+# Kubernetes keeps at most 4096 bytes of a termination message; the contract caps `message`.
 TERMINATION_LIMIT = 4096
+MAX_MESSAGE_CHARS = 400
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -22,6 +24,9 @@ EXIT_BAD_INPUT = 2
 
 
 def build_stage_result(stage: str, ok: bool, message: str, **extra: Any) -> dict[str, Any]:
+    message = (
+        message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 3] + "..."
+    )
     result: dict[str, Any] = {"stage": stage, "ok": ok, "message": message}
     result.update(extra)
     encoded = json.dumps(result)
@@ -32,7 +37,12 @@ def build_stage_result(stage: str, ok: bool, message: str, **extra: Any) -> dict
 
 
 def write_stage_result(path: str | None, result: dict[str, Any]) -> None:
-    """Write the result where the pod's `terminationMessagePath` points (a warning if we can't)."""
+    """Write the result to `path`; without one, to `/dev/termination-log` only if it exists
+    (the kubelet creates it; a laptop run writes nothing in /dev). A warning if we can't."""
+    if path is None:
+        if not Path(DEFAULT_TERMINATION_LOG).exists():
+            return
+        path = DEFAULT_TERMINATION_LOG
     if not path:
         return
     try:
