@@ -4,6 +4,7 @@ including a step where one rank has no valid anchor at all (a known DDP deadlock
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -32,6 +33,32 @@ def tokenized_rows() -> list[tuple[list[int], list[int]]]:
             mask = [0] * length
         rows.append((rng.integers(0, 500, length).tolist(), mask))
     return rows
+
+
+def run_torchrun(config: Path, folder: Path) -> subprocess.CompletedProcess[str]:
+    """`torchrun --nproc-per-node 2 -m dflash_trainer.train` on gloo (one thread each)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--standalone",
+            "-m",
+            "dflash_trainer.train",
+            "--config",
+            str(config),
+            "--termination-log",
+            str(folder / "result.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 @pytest.mark.slow
@@ -65,31 +92,39 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
     two["logging"]["metrics_file"] = str(tmp_path / "two.jsonl")
     config = tmp_path / "two.yaml"
     config.write_text(yaml.safe_dump(two))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--standalone",
-            "-m",
-            "dflash_trainer.train",
-            "--config",
-            str(config),
-            "--termination-log",
-            str(tmp_path / "result.json"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = run_torchrun(config, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     single = [m["loss"] for m in metrics_reader(tmp_path / "one.jsonl")]
     double = [m["loss"] for m in metrics_reader(tmp_path / "two.jsonl")]
     assert len(single) == len(double) == STEPS
     np.testing.assert_allclose(double, single, rtol=1e-4)
     assert metrics_reader(tmp_path / "two.jsonl")[0]["anchors"] > 0
+
+
+@pytest.mark.slow
+def test_two_processes_resume_from_rank_0s_checkpoint_and_continue_the_same_losses(
+    tmp_path: Path,
+    quick_config: Callable[..., dict[str, Any]],
+    metrics_reader: Callable[[Path], list[dict[str, Any]]],
+) -> None:
+    cfg = quick_config(
+        run_root=str(tmp_path / "run"),
+        data={"batch_size": 2},
+        optim={"lr": 1e-2, "max_steps": 6, "warmup_ratio": 0.0},
+        checkpoint={"every_steps": 3, "keep_last": 3},
+    )
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    first = run_torchrun(config, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = {m["step"]: m["loss"] for m in metrics_reader(Path(cfg["logging"]["metrics_file"]))}
+    # As if the job died right after committing step 3: step 6 never happened.
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-000000006")
+    again = run_torchrun(config, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from step 3" in again.stderr
+    after = metrics_reader(Path(cfg["logging"]["metrics_file"]))[len(before) :]
+    assert [m["step"] for m in after] == [4, 5, 6]
+    np.testing.assert_allclose(
+        [m["loss"] for m in after], [before[s] for s in (4, 5, 6)], rtol=1e-6
+    )
