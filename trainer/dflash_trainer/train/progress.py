@@ -123,7 +123,8 @@ class StatusPatcher:
             try:
                 config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()
+                # KUBECONFIG is read now, not at import (the client's default is frozen then)
+                config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
             self._api = client.CustomObjectsApi()
         return self._api
 
