@@ -53,6 +53,11 @@ def build_argv(
     """
     command = [str(c) for c in container.get("command") or []]
     args = [str(a) for a in container.get("args") or []]
+    if not command and args:
+        # No `command`: the image's ENTRYPOINT + args. This project's images have an empty
+        # ENTRYPOINT (images/*/Dockerfile), so the args are the whole command line, as the
+        # operator's stage pods expect.
+        command, args = args, []
     if not command:
         raise PodStartError(
             f"container {container.get('name')!r} has no command: the process executor cannot "

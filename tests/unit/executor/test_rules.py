@@ -10,7 +10,8 @@ from dflash_dev.executor.addresses import parse_service_name
 from dflash_dev.executor.env import expand
 from dflash_dev.executor.logs import FALLBACK_BYTES, FALLBACK_LINES, fallback_message
 from dflash_dev.executor.nodes import build_taints
-from dflash_dev.executor.process import is_image_python
+from dflash_dev.executor.errors import PodStartError
+from dflash_dev.executor.process import build_argv, is_image_python
 from dflash_dev.executor.sandbox import Sandbox
 from dflash_dev.executor.status import should_restart
 
@@ -135,3 +136,17 @@ def test_the_log_fallback_keeps_at_most_80_lines_and_2048_bytes_of_this_run(
     long_lines.write_text("x" * 5000 + "\nthe end\n")
     tail = fallback_message(long_lines, 0)
     assert tail.endswith("the end\n") and len(tail.encode()) == FALLBACK_BYTES
+
+
+def test_a_container_with_args_and_no_command_runs_its_args_as_an_image_without_entrypoint() -> (
+    None
+):
+    python = Path("/venv/bin/python")
+    container = {"name": "main", "args": ["python", "-m", "dflash_trainer.eval", "--x", "$(A)"]}
+    argv = build_argv(container, {"A": "1"}, python, lambda part: part)
+    assert argv == [str(python), "-m", "dflash_trainer.eval", "--x", "1"]
+
+
+def test_a_container_with_neither_command_nor_args_cannot_start() -> None:
+    with pytest.raises(PodStartError, match="has no command"):
+        build_argv({"name": "main"}, {}, Path("/venv/bin/python"), lambda part: part)
