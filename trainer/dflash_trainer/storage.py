@@ -91,65 +91,97 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _os_error(action: str, uri: str, exc: OSError) -> StorageError:
+    """`writing /x/y failed: No space left on device`: the path and the cause, in one line."""
+    if isinstance(exc, FileNotFoundError) and action == "reading":
+        return StorageError(f"{uri} does not exist")
+    cause = exc.strerror or type(exc).__name__
+    where = (
+        f" ({exc.filename})" if exc.filename and str(exc.filename) != str(local_path(uri)) else ""
+    )
+    return StorageError(f"{action} {uri} failed: {cause}{where}")
+
+
 class LocalStore:
-    """Local folder as an object store; writes are atomic (temp file + rename)."""
+    """Local folder as an object store; writes are atomic (temp file + rename).
+
+    Every OSError (a full disk, a read-only or missing folder, a permission) becomes a
+    StorageError naming the path and the cause, as the S3 store's failures do.
+    """
 
     def read_bytes(self, uri: str) -> bytes:
         try:
             return local_path(uri).read_bytes()
-        except FileNotFoundError:
-            raise StorageError(f"{uri} does not exist") from None
         except IsADirectoryError:
             raise StorageError(f"{uri} is a directory, expected a file") from None
+        except OSError as exc:
+            raise _os_error("reading", uri, exc) from None
+
+    def _write_atomically(self, uri: str, action: str, fill: Any) -> None:
+        path = local_path(uri)
+        tmp: str | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            with os.fdopen(fd, "wb") as handle:
+                fill(handle)
+            Path(tmp).replace(path)
+        except OSError as exc:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            raise _os_error(action, uri, exc) from None
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        path = local_path(uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        Path(tmp).replace(path)
+        self._write_atomically(uri, "writing", lambda handle: handle.write(data))
 
     def open_read(self, uri: str) -> IO[bytes]:
         try:
             return local_path(uri).open("rb")
-        except FileNotFoundError:
-            raise StorageError(f"{uri} does not exist") from None
+        except OSError as exc:
+            raise _os_error("reading", uri, exc) from None
 
     def upload_file(self, path: Path, uri: str) -> None:
-        dest = local_path(uri)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-        os.close(fd)
-        shutil.copyfile(path, tmp)
-        Path(tmp).replace(dest)
+        def copy(handle: IO[bytes]) -> None:
+            with path.open("rb") as source:
+                shutil.copyfileobj(source, handle, HASH_BLOCK)
+
+        self._write_atomically(uri, "uploading", copy)
 
     def download_file(self, uri: str, path: Path) -> None:
         src = local_path(uri)
         if not src.is_file():
             raise StorageError(f"{uri} does not exist")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, path)
+        except OSError as exc:
+            raise _os_error(f"downloading to {path} from", uri, exc) from None
 
     def exists(self, uri: str) -> bool:
         return local_path(uri).is_file()
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         root = local_path(prefix)
-        if root.is_file():
-            return [ObjectInfo(str(root), root.stat().st_size)]
-        if not root.is_dir():
-            return []
-        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-        return [ObjectInfo(str(p), p.stat().st_size) for p in files]
+        try:
+            if root.is_file():
+                return [ObjectInfo(str(root), root.stat().st_size)]
+            if not root.is_dir():
+                return []
+            files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+            return [ObjectInfo(str(p), p.stat().st_size) for p in files]
+        except OSError as exc:
+            raise _os_error("listing", prefix, exc) from None
 
     def delete(self, uri: str) -> None:
-        local_path(uri).unlink(missing_ok=True)
+        try:
+            local_path(uri).unlink(missing_ok=True)
+        except OSError as exc:
+            raise _os_error("deleting", uri, exc) from None
 
     def delete_prefix(self, prefix: str) -> int:
         objects = self.list(prefix)
         for obj in objects:
-            Path(obj.uri).unlink(missing_ok=True)
+            self.delete(obj.uri)
         root = local_path(prefix)
         if root.is_dir():
             shutil.rmtree(root, ignore_errors=True)
