@@ -31,8 +31,16 @@ RELEASE = "dflash-operator"
 NAMESPACE = "dflash-system"
 CHART = REPO_ROOT / "charts" / "dflash-operator"
 CRD = REPO_ROOT / "crds" / "dflash.dev_dflashruns.yaml"
-# The chart's RBAC, the pools ConfigMap, and what the operator needs to authenticate.
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap")
+# The chart's RBAC (ClusterRoles in cluster-wide mode, Roles with --set
+# operator.watchNamespaces), the pools ConfigMap, and what the operator needs to authenticate.
+RBAC_KINDS = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+)
 TOKEN_DURATION = "48h"  # noqa: S105 - a lifetime, not a secret
 READY_TIMEOUT_SECONDS = 60.0
 FIELD_MANAGER = "dflash-dev"

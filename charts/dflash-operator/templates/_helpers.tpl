@@ -1,7 +1,8 @@
-{{/* Names and labels shared by the chart's templates. */}}
+{{/* Names, labels, images, RBAC rules and the pools file, shared by the chart's templates. */}}
 
-{{- define "dflash-operator.name" -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{/* The name of every object of the release: fullnameOverride, else the release name. */}}
+{{- define "dflash-operator.fullname" -}}
+{{- .Values.fullnameOverride | default .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "dflash-operator.labels" -}}
@@ -9,6 +10,7 @@ app.kubernetes.io/name: dflash-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: dflash-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
@@ -20,11 +22,73 @@ app.kubernetes.io/name: dflash-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* "repository:tag" of an image value; an empty tag is the chart's appVersion. */}}
+{{- define "dflash-operator.image" -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+The operator's rights: exactly the API calls it makes (docs/helm.md, "RBAC"), nothing more.
+No wildcards, no Secrets: S3 credentials reach pods as secretKeyRef env, never through the
+operator. Rendered into one ClusterRole (every namespace) or one Role per watched namespace.
+*/}}
+{{- define "dflash-operator.rules" -}}
+# Runs: watched by kopf, read at each reconcile; kopf patches its annotations and finalizer.
+- apiGroups: [dflash.dev]
+  resources: [dflashruns]
+  verbs: [get, list, watch, patch]
+# Status is the operator's. The per-run trainer Role grants get/patch on it too, and a Role can
+# only grant what its creator holds (RBAC escalation prevention).
+- apiGroups: [dflash.dev]
+  resources: [dflashruns/status]
+  verbs: [get, patch]
+# Children carry blockOwnerDeletion ownerReferences to their run (OwnerReferencesPermissionEnforcement).
+- apiGroups: [dflash.dev]
+  resources: [dflashruns/finalizers]
+  verbs: [update]
+# Stage Jobs (and the S3 cleanup Job): create, watch, read back, suspend/resume, delete (retry, TTL).
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+# Training: the same verbs on PyTorchJobs.
+- apiGroups: [kubeflow.org]
+  resources: [pytorchjobs]
+  verbs: [get, list, watch, create, patch, delete]
+# Stage results are read from the pods' termination messages (no logs, no exec).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+# The run's rendered config files (<run>-config): created, and replaced when the spec changes.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update]
+# The trainer's per-run identity: ServiceAccount, Role and RoleBinding <run>-trainer.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create]
+# Events on runs (kubectl describe dfr).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+
 {{/* The pools file the operator reads: nodePools plus defaults (empty defaults dropped). */}}
 {{- define "dflash-operator.pools" -}}
+{{- $pools := .Values.nodePools | default dict -}}
+{{- if not $pools -}}
+{{- fail "nodePools: at least one pool is needed (every stage runs on one)" -}}
+{{- end -}}
 {{- $defaults := dict -}}
 {{- range $stage, $pool := .Values.defaultPools -}}
-{{- if $pool -}}{{- $_ := set $defaults $stage $pool -}}{{- end -}}
+{{- if $pool -}}
+{{- if not (hasKey $pools $pool) -}}
+{{- fail (printf "defaultPools.%s=%q is not a key of nodePools; configured pools: %s" $stage $pool (keys $pools | sortAlpha | join ", ")) -}}
 {{- end -}}
-{{- toYaml (dict "nodePools" .Values.nodePools "defaults" $defaults) -}}
+{{- $_ := set $defaults $stage $pool -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "nodePools" $pools "defaults" $defaults) -}}
 {{- end -}}
