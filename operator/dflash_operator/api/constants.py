@@ -83,6 +83,8 @@ class Stage(StrEnum):
     TRAIN = "train"
     EVAL = "eval"
     CLEANUP = "cleanup"
+    # cleanupPolicy DeleteIntermediate: after success, delete what only fed training.
+    PRUNE = "prune"
     CONFIG = "config"
 
 
@@ -114,6 +116,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DATA_AUDIT_PASSED = "DataAuditPassed"
+    CLEANED_UP = "CleanedUp"
 
 
 CONDITION_MEANINGS: dict[ConditionType, str] = {
@@ -128,6 +131,11 @@ CONDITION_MEANINGS: dict[ConditionType, str] = {
     ConditionType.FAILED: "The run failed for good; the message says why.",
     ConditionType.DATA_AUDIT_PASSED: (
         "False when a gate failed; the message names each violated check, its value and threshold."
+    ),
+    ConditionType.CLEANED_UP: (
+        "Only with storage.cleanupPolicy DeleteIntermediate, after success: True once the "
+        "intermediate S3 artifacts are deleted, False if that failed (the drafter is kept "
+        "either way)."
     ),
 }
 
@@ -167,6 +175,9 @@ class Reason(StrEnum):
     SUCCEEDED = "Succeeded"
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_NODE_POOL = "UnknownNodePool"
+    CLEANUP_STARTED = "CleanupStarted"
+    ARTIFACTS_DELETED = "ArtifactsDeleted"
+    CLEANUP_FAILED = "CleanupFailed"
 
     @property
     def template(self) -> str:
@@ -213,6 +224,17 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.INVALID_SPEC: "{field}={value} is not accepted: {accepted}",
     Reason.UNKNOWN_NODE_POOL: (
         "{field}={pool} is not a node pool of this operator; configured pools: {pools}"
+    ),
+    Reason.CLEANUP_STARTED: "Job {job} deletes {what} under {root} (cleanupPolicy {policy})",
+    Reason.ARTIFACTS_DELETED: "Job {job} deleted {what} under {root}: {summary}",
+    Reason.CLEANUP_FAILED: ("{what} under {root} not deleted (cleanupPolicy {policy}): {error}"),
+}
+
+# What each cleanupPolicy deletes, in the words of the cleanup reasons above.
+CLEANUP_SCOPES: dict[str, str] = {
+    "Delete": "the whole run root",
+    "DeleteIntermediate": (
+        "the intermediate artifacts (regen/, tokenized/ and every checkpoint but the newest)"
     ),
 }
 

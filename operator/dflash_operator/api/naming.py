@@ -56,6 +56,7 @@ CHILD_SHAPES: dict[Stage, ChildShape] = {
     Stage.TRAIN: ChildShape("PyTorchJob", True, _PYTORCHJOB_REPLICA),
     Stage.EVAL: ChildShape("Job", True, _JOB_POD),
     Stage.CLEANUP: ChildShape("Job", False, _JOB_POD),
+    Stage.PRUNE: ChildShape("Job", False, _JOB_POD),
     Stage.CONFIG: ChildShape("ConfigMap", False, ""),
 }
 

@@ -161,9 +161,10 @@ class StorageSpec(ApiModel):
     cleanup_policy: CleanupPolicy = Field(
         default=CleanupPolicy.RETAIN,
         description=(
-            "Retain: keep every artifact. DeleteIntermediate: after success, delete "
-            "regenerated and tokenized data and all checkpoints but the last. Delete: when "
-            "the DFlashRun is deleted, delete its whole S3 root."
+            "Retain: keep every artifact. DeleteIntermediate: after success, a <run>-prune Job "
+            "deletes regenerated and tokenized data and all checkpoints but the last, keeping "
+            "final/, audit/ and eval/ (condition CleanedUp). Delete: when the DFlashRun is "
+            "deleted, a <run>-cleanup Job deletes its whole S3 root first."
         ),
     )
     access_key_id: str | None = _refused_field()

@@ -146,10 +146,13 @@ def build_evaluate_args(run_root: str) -> list[str]:
     ]  # fmt: skip
 
 
-def build_cleanup_args(run_root: str) -> list[str]:
-    """Delete the run's whole S3 root (cleanupPolicy Delete)."""
+def build_cleanup_args(run_root: str, policy: str) -> list[str]:
+    """`python -m dflash_trainer.cleanup`: Delete removes the run's whole S3 root (on
+    deletion); DeleteIntermediate removes regen/, tokenized/ and old checkpoints (after
+    success)."""
     return [
         PYTHON, "-m", "dflash_trainer.cleanup",
         "--run-root", escape(run_root),
+        "--policy", policy,
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip

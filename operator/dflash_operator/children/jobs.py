@@ -8,6 +8,7 @@ from typing import Any
 
 from dflash_operator.api.constants import Gate, Stage
 from dflash_operator.api.naming import child_name
+from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.children import commands
 from dflash_operator.children.meta import build_metadata
 from dflash_operator.children.pod import PodContext, build_container, build_pod_template
@@ -106,16 +107,23 @@ def build_eval_job(
     return _job(ctx, name, container, _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT]), suspend)
 
 
-def build_cleanup_job(ctx: PodContext, run_root: str, backoff_limit: int) -> dict[str, Any]:
-    """Deletes the run's S3 root when the run is deleted with cleanupPolicy Delete.
+def build_cleanup_job(
+    ctx: PodContext, run_root: str, backoff_limit: int, policy: CleanupPolicy
+) -> dict[str, Any]:
+    """The S3 cleanup Job of a cleanupPolicy.
 
-    No ownerReference: the run is being deleted, and foreground deletion would remove an
-    owned Job at once. The Job removes itself a while after it finished instead.
+    Delete (`<run>-cleanup`, when the run is deleted): no ownerReference, because foreground
+    deletion of the run would remove an owned Job at once; it removes itself a while after
+    it finished instead. DeleteIntermediate (`<run>-prune`, after success): owned by the run
+    like every other child.
     """
-    name = child_name(ctx.run.name, Stage.CLEANUP)
-    container = build_container(ctx, "cleanup", commands.build_cleanup_args(run_root))
+    stage = Stage.CLEANUP if policy == CleanupPolicy.DELETE else Stage.PRUNE
+    name = child_name(ctx.run.name, stage)
+    container = build_container(ctx, "cleanup", commands.build_cleanup_args(run_root, policy.value))
     spec = _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT])
-    spec["ttlSecondsAfterFinished"] = CLEANUP_JOB_TTL_SECONDS
+    if policy == CleanupPolicy.DELETE:
+        spec["ttlSecondsAfterFinished"] = CLEANUP_JOB_TTL_SECONDS
     job = _job(ctx, name, container, spec, False)
-    del job["metadata"]["ownerReferences"]
+    if policy == CleanupPolicy.DELETE:
+        del job["metadata"]["ownerReferences"]
     return job

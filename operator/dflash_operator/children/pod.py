@@ -142,8 +142,8 @@ def build_resources(ctx: PodContext) -> dict[str, Any]:
 def build_volumes(ctx: PodContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts): config files, /tmp, /dev/shm for GPU and training pods, PVCs."""
     config_map = child_name(ctx.run.name, Stage.CONFIG)
-    # The cleanup Job may run for a run that never rendered its config: optional there.
-    optional = ctx.stage == Stage.CLEANUP
+    # The cleanup Jobs read no config, and a run may never have rendered it: optional there.
+    optional = ctx.stage in (Stage.CLEANUP, Stage.PRUNE)
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": config_map, "optional": optional}},
         {"name": "tmp", "emptyDir": {}},

@@ -32,6 +32,7 @@ WARNING_REASONS = frozenset(
         Reason.AUDIT_FAILED,
         Reason.INVALID_SPEC,
         Reason.UNKNOWN_NODE_POOL,
+        Reason.CLEANUP_FAILED,
     }
 )
 

@@ -19,6 +19,7 @@ _POOL_FIELDS: dict[Stage, str] = {
     Stage.TRAIN: "spec.training.nodePool",
     Stage.EVAL: "spec.evaluation.nodePool",
     Stage.CLEANUP: "(operator default)",
+    Stage.PRUNE: "(operator default)",
 }
 # Evaluation serves one target + drafter pair: one GPU is enough for the sizes we train.
 EVAL_GPUS = 1
@@ -56,6 +57,7 @@ def requested_pool(spec: DFlashRunSpec, stage: Stage, pools: PoolsConfig) -> str
         Stage.TRAIN: spec.training.node_pool or defaults.training,
         Stage.EVAL: spec.evaluation.node_pool or defaults.evaluation or defaults.training,
         Stage.CLEANUP: defaults.cleanup or defaults.audit,
+        Stage.PRUNE: defaults.cleanup or defaults.audit,
     }
     pool = named.get(stage)
     if pool is None:

@@ -35,6 +35,7 @@ from dflash_operator.plan.actions import ApplyConfig, CreateChild, DeleteChild, 
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
 from dflash_operator.plan.observed import CreateFailure, Observed
 from dflash_operator.plan.placement import place_stages
+from dflash_operator.plan.prune import prune_after_success
 from dflash_operator.plan.requests import (
     find_approval,
     parse_approvals,
@@ -96,6 +97,8 @@ def plan(inp: PlanInput) -> Plan:
                 Reason.RETRY_REQUESTED, f"Retry {retry.token!r} ignored: the run already succeeded"
             )
         if spec is not None:
+            if draft.status.phase == Phase.SUCCEEDED:
+                prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
             _expire_children(spec, draft, observed)
         return draft.finish()
     if retry is not None:
@@ -126,6 +129,8 @@ def plan(inp: PlanInput) -> Plan:
         apply_retry(ctx, draft, retry, stages, observed)
     approvals, approval_problems = parse_approvals(meta.annotations)
     current = _walk(ctx, draft, stages, observed, approvals)
+    if current is None:  # every stage is done: the run succeeded in this pass
+        prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
     ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
     if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"

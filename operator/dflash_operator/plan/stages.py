@@ -9,6 +9,7 @@ from typing import Any
 
 from dflash_operator.api.constants import GATE_STAGES, Gate, Stage
 from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.children import jobs
 from dflash_operator.children.kinds import JOB, ChildKind
 from dflash_operator.children.launchers import LAUNCHERS
@@ -130,7 +131,9 @@ def build_stage_child(
     raise ValueError(f"stage {stage.value!r} has no pipeline child")
 
 
-def build_cleanup_child(ctx: StageContext) -> dict[str, Any]:
-    """The S3 cleanup Job run under the finalizer when a run with cleanupPolicy Delete goes."""
-    pod = pod_context(ctx, Stage.CLEANUP, None)
-    return jobs.build_cleanup_job(pod, ctx.run_root, ctx.settings.stage_backoff_limit)
+def build_cleanup_child(ctx: StageContext, policy: CleanupPolicy) -> dict[str, Any]:
+    """The S3 cleanup Job: `<run>-cleanup` under the finalizer when a run with cleanupPolicy
+    Delete goes; `<run>-prune` after success with cleanupPolicy DeleteIntermediate."""
+    stage = Stage.CLEANUP if policy == CleanupPolicy.DELETE else Stage.PRUNE
+    pod = pod_context(ctx, stage, None)
+    return jobs.build_cleanup_job(pod, ctx.run_root, ctx.settings.stage_backoff_limit, policy)

@@ -10,12 +10,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dflash_operator.api.constants import Stage
+from dflash_operator.api.constants import CLEANUP_SCOPES, Reason, Stage
 from dflash_operator.api.naming import child_name
+from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.api.validation import SpecError, parse_spec
 from dflash_operator.children.kinds import JOB
 from dflash_operator.children.meta import RunRef, build_run_root
-from dflash_operator.plan.actions import Event
+from dflash_operator.plan.actions import Event, EventType
 from dflash_operator.plan.placement import Placement, place_stage
 from dflash_operator.plan.stages import PlanSettings, StageContext, build_cleanup_child
 from dflash_operator.pools import PoolsConfig
@@ -25,9 +26,6 @@ from dflash_operator.runtime.kube import Kube, KubeError
 log = logging.getLogger(__name__)
 # How often the delete handler looks at the cleanup Job again.
 CLEANUP_POLL_SECONDS = 5.0
-REASON_CLEANUP_STARTED = "CleanupStarted"
-REASON_CLEANED = "ArtifactsDeleted"
-REASON_CLEANUP_FAILED = "CleanupFailed"
 
 
 class CleanupPendingError(Exception):
@@ -43,6 +41,10 @@ def _deletion_time(body: Mapping[str, Any]) -> datetime | None:
     if not raw:
         return None
     return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+_POLICY = CleanupPolicy.DELETE.value
+_SCOPE = CLEANUP_SCOPES[_POLICY]
 
 
 class CleanupRunner:
@@ -61,10 +63,15 @@ class CleanupRunner:
         self.events = EventPoster(kube)
         self.clock = clock
 
-    def _release(self, run: RunRef, type_: str, reason: str, message: str) -> None:
+    def _post(self, run: RunRef, reason: Reason, message: str) -> None:
+        type_: EventType = "Warning" if reason == Reason.CLEANUP_FAILED else "Normal"
+        self.events.post(run, [Event(type_, reason.value, message)], self.clock())
+
+    def _failed(self, run: RunRef, root: str, error: str) -> None:
+        """Release the finalizer with a Warning: the run goes, its artifacts may stay."""
+        message = Reason.CLEANUP_FAILED.message(what=_SCOPE, root=root, policy=_POLICY, error=error)
         log.info("%s: %s (finalizer released)", run.key, message)
-        event = Event("Warning" if type_ == "Warning" else "Normal", reason, message)
-        self.events.post(run, [event], self.clock())
+        self._post(run, Reason.CLEANUP_FAILED, message)
 
     def run(self, body: Mapping[str, Any]) -> None:
         """Returns when the finalizer may go; raises CleanupPendingError while the Job runs."""
@@ -73,70 +80,49 @@ class CleanupRunner:
         try:
             spec = parse_spec(body.get("spec"))
         except SpecError as error:
-            self._release(
-                run, "Warning", REASON_CLEANUP_FAILED, f"S3 artifacts not deleted: {error}"
-            )
+            self._failed(run, "the run root", str(error))
             return
         root = build_run_root(spec.storage, run)
         name = child_name(run.name, Stage.CLEANUP)
         job = self.kube.get("Job", run.namespace, name)
         deleted_at = _deletion_time(body) or self.clock()
         overdue = self.clock() > deleted_at + timedelta(seconds=self.timeout)
+        pending = f"waiting for Job {name} to delete {root}"
         if job is None:
             if overdue:
-                self._release(
-                    run,
-                    "Warning",
-                    REASON_CLEANUP_FAILED,
-                    f"S3 artifacts under {root} not deleted: the cleanup Job did not start within {self.timeout:.0f}s",
-                )
+                self._failed(run, root, f"the cleanup Job did not start within {self.timeout:.0f}s")
                 return
             placed = place_stage(spec, Stage.CLEANUP, self.pools)
             if not isinstance(placed, Placement):
-                self._release(
-                    run,
-                    "Warning",
-                    REASON_CLEANUP_FAILED,
-                    f"S3 artifacts under {root} not deleted: {placed.message}",
-                )
+                self._failed(run, root, placed.message)
                 return
             ctx = StageContext(run, spec, root, {Stage.CLEANUP: placed}, self.settings)
             try:
-                self.kube.create(build_cleanup_child(ctx))
+                self.kube.create(build_cleanup_child(ctx, CleanupPolicy.DELETE))
             except KubeError as error:
                 if not error.conflict:
-                    self._release(
-                        run,
-                        "Warning",
-                        REASON_CLEANUP_FAILED,
-                        f"S3 artifacts under {root} not deleted: could not create Job {name}: {error.message}",
-                    )
+                    self._failed(run, root, f"could not create Job {name}: {error.message}")
                     return
-            self.events.post(
-                run,
-                [Event("Normal", REASON_CLEANUP_STARTED, f"Job {name} deletes {root}")],
-                self.clock(),
+            started = Reason.CLEANUP_STARTED.message(
+                job=name, what=_SCOPE, root=root, policy=_POLICY
             )
-            raise CleanupPendingError(f"waiting for Job {name} to delete {root}")
+            self._post(run, Reason.CLEANUP_STARTED, started)
+            raise CleanupPendingError(pending)
         finished = JOB.finished(job)
         if not finished.done:
             if overdue:
-                self._release(
+                self._failed(
                     run,
-                    "Warning",
-                    REASON_CLEANUP_FAILED,
-                    f"Job {name} did not finish within {self.timeout:.0f}s; S3 artifacts under {root} may remain",
+                    root,
+                    f"Job {name} did not finish within {self.timeout:.0f}s; artifacts may remain",
                 )
                 return
-            raise CleanupPendingError(f"waiting for Job {name} to delete {root}")
+            raise CleanupPendingError(pending)
         if finished.ok:
-            self._release(
-                run, "Normal", REASON_CLEANED, f"S3 artifacts under {root} deleted by Job {name}"
+            message = Reason.ARTIFACTS_DELETED.message(
+                job=name, what=_SCOPE, root=root, summary="the finalizer is released"
             )
+            log.info("%s: %s", run.key, message)
+            self._post(run, Reason.ARTIFACTS_DELETED, message)
         else:
-            self._release(
-                run,
-                "Warning",
-                REASON_CLEANUP_FAILED,
-                f"Job {name} failed ({finished.message}); S3 artifacts under {root} may remain",
-            )
+            self._failed(run, root, f"Job {name} failed ({finished.message}); artifacts may remain")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from dflash_operator.api.constants import Stage
+from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.api.validation import parse_spec
 from dflash_operator.children import commands
 from dflash_operator.children.config_map import build_config_map
@@ -36,7 +37,9 @@ def build(
         stage: Stage, attempt: int = 1, suspend: bool = False, **overrides: Any
     ) -> dict[str, Any]:
         spec = parse_spec(make_spec(**overrides))
-        placements, errors = place_stages(spec, (*build_pipeline(spec), Stage.CLEANUP), pools)
+        placements, errors = place_stages(
+            spec, (*build_pipeline(spec), Stage.CLEANUP, Stage.PRUNE), pools
+        )
         assert not errors
         ctx = StageContext(
             RUN,
@@ -46,7 +49,9 @@ def build(
             PlanSettings(regen_image="regen:1", trainer_image="trainer:1"),
         )
         if stage == Stage.CLEANUP:
-            return build_cleanup_child(ctx)
+            return build_cleanup_child(ctx, CleanupPolicy.DELETE)
+        if stage == Stage.PRUNE:
+            return build_cleanup_child(ctx, CleanupPolicy.DELETE_INTERMEDIATE)
         return build_stage_child(ctx, stage, attempt, suspend)
 
     return make
@@ -128,6 +133,7 @@ def test_stage_pods_get_s3_credentials_only_as_secret_references(
         Stage.TRAIN,
         Stage.EVAL,
         Stage.CLEANUP,
+        Stage.PRUNE,
     ],
 )
 def test_every_stage_pod_runs_as_non_root_with_a_read_only_root(
@@ -251,6 +257,21 @@ def test_the_cleanup_job_outlives_its_run_and_deletes_itself_later(
     assert job["spec"]["ttlSecondsAfterFinished"] == 3600
     volume = next(v for v in pod_spec(job)["volumes"] if v["name"] == "config")
     assert volume["configMap"]["optional"] is True
+    args = pod_spec(job)["containers"][0]["args"]
+    assert args[args.index("--policy") + 1] == "Delete"
+
+
+def test_the_prune_job_is_owned_by_its_run_and_deletes_only_intermediate_artifacts(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    job = build(Stage.PRUNE)
+    assert job["metadata"]["name"] == "r1-prune"
+    assert job["metadata"]["ownerReferences"][0]["name"] == "r1"
+    assert "ttlSecondsAfterFinished" not in job["spec"]
+    args = pod_spec(job)["containers"][0]["args"]
+    assert args[:3] == ["python", "-m", "dflash_trainer.cleanup"]
+    assert args[args.index("--policy") + 1] == "DeleteIntermediate"
+    assert args[args.index("--run-root") + 1] == ROOT
 
 
 def test_the_trainer_may_get_and_patch_its_own_runs_status_and_nothing_else() -> None:
