@@ -60,12 +60,22 @@ async def dflash_pods(
 
 @kopf.index(GROUP, VERSION, PLURAL)
 async def dflash_runs(
-    namespace: str | None, name: str | None, status: kopf.Status, **_: Any
+    namespace: str | None, name: str | None, status: kopf.Status, meta: kopf.Meta, **_: Any
 ) -> Entry:
-    """Run key -> phase: for the resync loop and the runs-per-phase metric."""
+    """Run key -> (phase, status lags the spec): for the resync loop and the per-phase metric."""
     if not namespace or not name:
         return {}
-    return {(namespace, name): status.get("phase")}
+    return {(namespace, name): build_run_entry(status, meta)}
+
+
+def build_run_entry(status: Any, meta: Any) -> tuple[str | None, bool]:
+    """(phase, whether status.observedGeneration is behind metadata.generation)."""
+    observed = status.get("observedGeneration")
+    generation = meta.get("generation")
+    lagging = isinstance(generation, int) and (
+        not isinstance(observed, int) or observed < generation
+    )
+    return status.get("phase"), lagging
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=OURS)

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from dflash_operator import metrics
-from dflash_operator.api.constants import GROUP
+from dflash_operator.api.constants import GROUP, Phase
 from dflash_operator.children.meta import CHILD_SELECTOR
 from dflash_operator.children.pod import PodSettings
 from dflash_operator.config import ConfigError, OperatorConfig, load_config
@@ -67,6 +67,12 @@ def _load(memo: kopf.Memo) -> tuple[OperatorConfig, PoolsConfig]:
     return config, pools
 
 
+def needs_resync(phase: str | None, lagging: bool) -> bool:
+    """Unfinished runs, and finished ones whose status lags an edit (a missed update event
+    must not leave observedGeneration behind for good: Argo CD would show it Progressing)."""
+    return lagging or phase not in (Phase.SUCCEEDED.value, Phase.FAILED.value)
+
+
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     config, pools = _load(memo)
@@ -85,12 +91,15 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> No
     indices = {name: kwargs[name] for name in (*CHILD_INDEXES, POD_INDEX, RUNS_INDEX)}
     runs = indices[RUNS_INDEX]
 
+    def entries() -> dict[str, tuple[str | None, bool]]:
+        found = snapshot(lambda: [(key, tuple(values)) for key, values in runs.items()])
+        return {run_key(*key): next(iter(values), (None, False)) for key, values in found}
+
     def phases() -> dict[str, str | None]:
-        entries = snapshot(lambda: [(key, tuple(values)) for key, values in runs.items()])
-        return {run_key(*key): next(iter(values), None) for key, values in entries}
+        return {key: phase for key, (phase, _lagging) in entries().items()}
 
     def live_runs() -> list[str]:
-        return [key for key, phase in phases().items() if phase not in ("Succeeded", "Failed")]
+        return [key for key, entry in entries().items() if needs_resync(*entry)]
 
     reconciler = Reconciler(kube, Observer(indices, kube), pools, plan_settings)
     memo.controller = Controller(reconciler, config.workers, config.resync_seconds, live_runs)
