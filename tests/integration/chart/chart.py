@@ -146,7 +146,7 @@ class Release:
     def operator_env(self) -> dict[str, str]:
         """The DFLASH_* settings the Deployment gives the operator container."""
         (container,) = self.deployment()["spec"]["template"]["spec"]["containers"]
-        return {e["name"]: e["value"] for e in container["env"]}
+        return {e["name"]: e.get("value", "") for e in container["env"]}  # "" is dropped
 
     def owned(self, namespaces: list[str]) -> list[str]:
         """Every object labelled as this release's, in `namespaces` and cluster-wide."""
