@@ -61,7 +61,7 @@ s3-env: ## print export lines for the running S3 server: eval "$$(make -s s3-env
 	@$(PY) -m dflash_dev s3-env
 
 .PHONY: down
-down: executor-down cluster-down s3-down ## stop everything (executor, cluster, S3)
+down: demo-down executor-down cluster-down s3-down ## stop everything (demo operator, executor, cluster, S3)
 
 # ---------------------------------------------------------------- code
 .PHONY: crds
@@ -93,10 +93,16 @@ test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo
-demo: cluster-up s3-up ## the first impression: a whole DFlashRun on the local control plane
-	@echo "The local control plane and S3 are up."
-	@echo "  export KUBECONFIG=$$(make -s kubeconfig)"
-	@echo "The full demo (operator + process executor + examples/tiny-cpu.yaml) is being built: see README."
+demo: venv binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
+	@$(PY) -m dflash_dev.demo run
+
+.PHONY: demo-broken-data
+demo-broken-data: venv binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
+	@$(PY) -m dflash_dev.demo run --broken-data
+
+.PHONY: demo-down
+demo-down: ## stop the demo's operator (make down stops it too)
+	@if [ -x $(PY) ]; then $(PY) -m dflash_dev.demo down; fi
 
 # ---------------------------------------------------------------- images
 IMAGE_REGISTRY ?= ghcr.io/dflash-dev

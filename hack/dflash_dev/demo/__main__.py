@@ -1,0 +1,151 @@
+"""`python -m dflash_dev.demo [--broken-data]` (`make demo`, `make demo-broken-data`): set up
+everything, upload the tiny target and the prompts, apply examples/tiny-cpu.yaml, watch the run
+live and print the summary. `python -m dflash_dev.demo down` stops the demo's operator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dflash_dev.demo import assets, environment, manifest, summary
+from dflash_dev.demo.live import watch_run
+from dflash_dev.errors import DevError
+
+NAMESPACE = "default"
+BROKEN_NAME = "tiny-cpu-broken-data"
+# The whole run takes a few minutes on 2 cores; past this the demo gives up watching.
+WATCH_TIMEOUT_SECONDS = 40 * 60
+SAMPLES_PER_SOURCE = 64  # examples/tiny-cpu.yaml maxSamples of each source
+
+
+def _prepare_assets(
+    console: Console, env: environment.DemoEnvironment, broken: bool
+) -> list[assets.SourceFile]:
+    started = time.monotonic()
+    cached = assets.tiny_target_dir().is_dir()
+    with console.status(
+        "building the tiny target (about a minute, once)" if not cached else "tiny target"
+    ):
+        target = assets.ensure_tiny_target()
+    client = env.s3.client()
+    assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
+    size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)
+    files = (assets.build_broken_sources if broken else assets.build_prompt_sources)(
+        SAMPLES_PER_SOURCE
+    )
+    assets.upload_sources(client, files, manifest.EXAMPLE_BUCKET)
+    console.print(
+        f"assets in s3://{manifest.EXAMPLE_BUCKET}/ ({time.monotonic() - started:.0f}s): tiny target "
+        f"{size / 1e6:.1f} MB at {manifest.MODEL_KEY}/ ({'cached' if cached else 'built'}), "
+        + ", ".join(f"{f.name} ({f.format}, {f.key})" for f in files)
+    )
+    return files
+
+
+def build_demo_run(
+    env: environment.DemoEnvironment, broken: bool, files: list[assets.SourceFile]
+) -> dict[str, Any]:
+    example = manifest.load_example()
+    if not broken:
+        return manifest.build_run(example, endpoint=env.s3.endpoint_url)
+    sources = assets.build_sources_spec(files, manifest.EXAMPLE_BUCKET, SAMPLES_PER_SOURCE)
+    return manifest.build_run(
+        example, endpoint=env.s3.endpoint_url, name=BROKEN_NAME, sources=sources
+    )
+
+
+def run_demo(broken: bool) -> int:
+    console = Console()
+    started = time.monotonic()
+    console.rule(
+        "DFlash Operator demo" + (": broken data (the incident, replayed)" if broken else "")
+    )
+    env = environment.ensure_environment(say=console.print)
+    environment.ensure_s3_secret(env.admin, NAMESPACE, env.s3)
+    files = _prepare_assets(console, env, broken)
+    run = build_demo_run(env, broken, files)
+    name = run["metadata"]["name"]
+    if manifest.get_run(env.admin, NAMESPACE, name) is not None:
+        console.print(f"deleting the previous DFlashRun {name} (a fresh run each time)")
+        manifest.delete_run(env.admin, NAMESPACE, name)
+    manifest.apply_run(env.admin, NAMESPACE, run)
+    console.print(
+        f"applied examples/tiny-cpu.yaml as {NAMESPACE}/{name} (storage.endpoint -> {env.s3.endpoint_url}"
+        + (", sources -> the 87%-stub dataset" if broken else "")
+        + f"); setup took {time.monotonic() - started:.0f}s\n"
+    )
+
+    def status() -> dict[str, Any] | None:
+        found = manifest.get_run(env.admin, NAMESPACE, name)
+        return (found or {}).get("status")
+
+    _, timeline = watch_run(name, status, WATCH_TIMEOUT_SECONDS, console)
+    final = manifest.get_run(env.admin, NAMESPACE, name) or {"metadata": {"name": name}}
+    phase = (final.get("status") or {}).get("phase")
+    summary.print_success(console, final, timeline, NAMESPACE, env.admin)
+    if phase == "AuditFailed":
+        report_uri = _failed_report_uri(final)
+        report = summary.fetch_report(env.s3.client(), report_uri) if report_uri else None
+        summary.print_audit_failure(console, final, report, NAMESPACE)
+    elif phase != "Succeeded":
+        console.print(
+            f"operator log: {env.operator.log}; pod logs: make executor-logs POD={NAMESPACE}/<pod>"
+        )
+    summary.print_next_commands(console, name, NAMESPACE, env.admin)
+    console.print(f"\ndemo wall time {time.monotonic() - started:.0f}s (setup + run)")
+    _write_timings(name, time.monotonic() - started, timeline.durations(), phase)
+    expected = "AuditFailed" if broken else "Succeeded"
+    return 0 if phase == expected else 1
+
+
+def _failed_report_uri(run: dict[str, Any]) -> str | None:
+    for result in ((run.get("status") or {}).get("audit") or {}).values():
+        if result.get("verdict") == "fail" and not result.get("approved"):
+            return str(result.get("reportUri") or "") or None
+    return None
+
+
+def _write_timings(
+    name: str, wall: float, phases: list[tuple[str, float]], phase: str | None
+) -> Path:
+    """<state>/demo/<run>-timings.json: what bench/bench_demo.py and docs/benchmarks read."""
+    path = environment.demo_dir() / f"{name}-timings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {"wall_seconds": round(wall, 1), "phase": phase, "phases": dict(phases)}, indent=1
+        )
+    )
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflash_dev.demo", description=__doc__)
+    parser.add_argument("command", nargs="?", choices=("run", "down"), default="run")
+    parser.add_argument("--broken-data", action="store_true", help="feed the 87%%-stub dataset")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "down":
+            print(
+                "demo operator stopped"
+                if environment.stop_operator()
+                else "demo operator was not running"
+            )
+            return 0
+        return run_demo(args.broken_data)
+    except (DevError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: everything keeps running; `make down` stops it", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""What the demo uploads to S3: the tiny target (built once, cached) and small prompt sources in
+several formats; for the broken-data demo, a regenerated source that is 87% stubs.
+
+The source files are pure builders (bytes); the upload and the target build are the only I/O.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dflash_dev.errors import DevError
+from dflash_dev.paths import REPO_ROOT, cache_root, venv_bin
+
+# The tiny target: 6 layers (tiny-cpu.yaml taps layers 1 and 3). 200 steps of the format
+# lesson make it answer in the chat format (think block, answer, end of turn) so that the
+# default gates pass; pure random weights fail them (empty and truncated answers).
+TARGET_LAYERS = 6
+TEACH_STEPS = 200
+# Bump when the target's recipe changes, so cached builds are not reused.
+TARGET_RECIPE = 1
+# The incident: 87% of samples were the 6-token stub `<think>\n\n</think>\n\nOK.<|im_end|>`.
+STUB_SHARE = 0.87
+STUB_ANSWER = "OK."
+STUB_TOKENS = 6
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One object to upload: `key` under the data prefix, in `format`."""
+
+    name: str
+    key: str
+    format: str
+    body: bytes
+
+
+# ---------------------------------------------------------------- prompt sources
+def _jsonl(records: Iterable[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+
+
+def _parquet(records: list[dict[str, Any]]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(records), out)
+    return out.getvalue()
+
+
+def build_prompt_sources(per_source: int, seed: int = 0) -> list[SourceFile]:
+    """Four sources of `per_source` distinct prompts each, one format (and encoding) apiece:
+    openai-messages JSONL, sharegpt JSONL.gz, alpaca Parquet, prompt-only JSONL."""
+    from dflash_trainer.tiny.prompts import build_prompts
+
+    prompts = build_prompts(4 * per_source, seed)
+    chunks = [prompts[i * per_source : (i + 1) * per_source] for i in range(4)]
+    chat = [{"messages": [{"role": "user", "content": p}]} for p in chunks[0]]
+    sharegpt = [
+        {"conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": "(dropped)"}]}
+        for p in chunks[1]
+    ]
+    alpaca = [{"instruction": p, "input": "", "output": "(dropped)"} for p in chunks[2]]
+    plain = [{"prompt": p} for p in chunks[3]]
+    return [
+        SourceFile("chat", "data/chat.jsonl", "openai-messages", _jsonl(chat)),
+        SourceFile(
+            "sharegpt", "data/sharegpt.jsonl.gz", "sharegpt", gzip.compress(_jsonl(sharegpt))
+        ),
+        SourceFile("alpaca", "data/alpaca.parquet", "alpaca", _parquet(alpaca)),
+        SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl(plain)),
+    ]
+
+
+def build_regenerated_rows(
+    count: int, stub_share: float, seed: int = 0, offset: int = 0
+) -> list[dict[str, Any]]:
+    """`regenerated`-format rows: `stub_share` of them the incident's stub (empty thinking,
+    "OK."), the rest a real-looking reasoning trace and answer from the tiny corpus."""
+    from dflash_trainer.tiny.prompts import build_conversations
+
+    rng = random.Random(seed)  # noqa: S311 - deterministic demo data, not security
+    conversations = build_conversations(count + offset, seed)[offset:]
+    stubs = set(rng.sample(range(count), round(count * stub_share)))
+    rows = []
+    for index, (user, assistant) in enumerate(conversations):
+        stub = index in stubs
+        response = STUB_ANSWER if stub else assistant["content"]
+        reasoning = "" if stub else assistant["reasoning_content"]
+        row = {"prompt": user["content"], "response": response, "reasoning": reasoning}
+        row["finish_reason"] = "stop"
+        if stub:
+            row["num_output_tokens"] = STUB_TOKENS
+        rows.append(row)
+    return rows
+
+
+def build_broken_sources(per_source: int, seed: int = 0) -> list[SourceFile]:
+    """The incident replayed: `openorca` (regenerated elsewhere, 87% stubs), `magicoder`
+    (regenerated elsewhere, healthy) and `questions` (prompts the target answers itself)."""
+    from dflash_trainer.tiny.prompts import build_prompts
+
+    broken = build_regenerated_rows(per_source, STUB_SHARE, seed)
+    healthy = build_regenerated_rows(per_source, 0.0, seed + 1, offset=per_source)
+    prompts = build_prompts(3 * per_source, seed + 2)[2 * per_source :]
+    return [
+        SourceFile("openorca", "data/openorca-regenerated.jsonl", "regenerated", _jsonl(broken)),
+        SourceFile("magicoder", "data/magicoder-regenerated.jsonl", "regenerated", _jsonl(healthy)),
+        SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl({"prompt": p} for p in prompts)),
+    ]  # fmt: skip
+
+
+def build_sources_spec(
+    files: list[SourceFile], bucket: str, max_samples: int
+) -> list[dict[str, Any]]:
+    """`spec.data.sources` naming the uploaded files."""
+    return [
+        {"name": f.name, "uri": f"s3://{bucket}/{f.key}", "format": f.format, "maxSamples": max_samples}
+        for f in files
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the tiny target
+def tiny_target_dir(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STEPS) -> Path:
+    return cache_root() / "demo" / f"tiny-qwen3-l{layers}-t{teach_steps}-r{TARGET_RECIPE}"
+
+
+def ensure_tiny_target(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STEPS) -> Path:
+    """Build the tiny target once per recipe (about a minute on 2 cores), then reuse it."""
+    out = tiny_target_dir(layers, teach_steps)
+    if (out / "model.safetensors").is_file() and (out / "dflash_tiny.json").is_file():
+        return out
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(venv_bin() / "python"), "-m", "dflash_trainer.tiny", "--out", str(partial),
+        "--layers", str(layers), "--teach-steps", str(teach_steps),
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    if result.returncode != 0:
+        raise DevError(
+            f"building the tiny target failed ({' '.join(argv[1:])}):\n{result.stderr[-2000:]}"
+        )
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return out
+
+
+# ---------------------------------------------------------------- uploads
+def ensure_bucket(client: Any, bucket: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError:
+        client.create_bucket(Bucket=bucket)
+
+
+def upload_folder(client: Any, folder: Path, bucket: str, prefix: str) -> int:
+    """Every file of `folder` under `s3://bucket/prefix/`; returns the bytes uploaded."""
+    total = 0
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+        total += path.stat().st_size
+    return total
+
+
+def upload_sources(client: Any, files: list[SourceFile], bucket: str) -> None:
+    for f in files:
+        client.put_object(Bucket=bucket, Key=f.key, Body=f.body)

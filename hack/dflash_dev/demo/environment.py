@@ -1,0 +1,202 @@
+"""The demo's environment: control plane, S3, process executor, the operator (with the chart's
+RBAC, its cpu pool pointed at the executor's nodes through chart values) and the S3 Secret.
+
+Every `ensure_*` is idempotent: a second `make demo` reuses what runs. The operator runs as a
+tracked background process under `<state>/demo/`, so `make down` stops it with the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dflash_dev import cluster, executor_service, operator_local, procs, s3server
+from dflash_dev.errors import DevError
+from dflash_dev.executor.config import INSTANCE_LABEL, TAINT
+from dflash_dev.nodes import POOL_LABEL
+from dflash_dev.paths import state_root, venv_bin
+from dflash_dev.ports import free_port
+
+OPERATOR = "operator"
+OPERATOR_READY_SECONDS = 90.0
+SECRET_NAME = "dflash-s3"  # noqa: S105 - a Secret name; examples/tiny-cpu.yaml storage.credentialsSecretRef.name
+# The pool every stage of examples/tiny-cpu.yaml names.
+DEMO_POOL = "cpu"
+EXECUTOR_POOL_VALUE = "local"
+EXECUTOR_TOLERATION = {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+# Env of every pod of the pool. One thread per process: two training pods share two cores,
+# and torch's default (all cores each) oversubscribes them. No pod may reach the Hub.
+POOL_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def demo_dir() -> Path:
+    return state_root() / "demo"
+
+
+# ---------------------------------------------------------------- pools (chart values)
+def build_pool_values(node_selector: dict[str, str | None]) -> dict[str, Any]:
+    """Chart values that put the `cpu` pool on executor nodes. A `None` label removes the
+    chart's own selector entry (Helm deletes keys set to null)."""
+    return {
+        "nodePools": {
+            DEMO_POOL: {
+                "nodeSelector": node_selector,
+                "tolerations": [EXECUTOR_TOLERATION],
+                "env": POOL_ENV,
+            }
+        }
+    }
+
+
+def executor_pool_values(instance: str | None = None) -> dict[str, Any]:
+    """Every executor node (`make executor-up`), or only one executor instance's (tests)."""
+    if instance is None:
+        return build_pool_values({POOL_LABEL: EXECUTOR_POOL_VALUE})
+    return build_pool_values({POOL_LABEL: None, INSTANCE_LABEL: instance})
+
+
+def write_values(values: dict[str, Any], path: Path) -> list[str]:
+    """The values as a file; returns the helm arguments that use it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(values))
+    return ["-f", str(path)]
+
+
+def write_pools_file(values: dict[str, Any], path: Path) -> Path:
+    """The pools file the chart renders with these values (what the operator reads)."""
+    helm_args = write_values(values, path.with_name(path.stem + "-values.yaml"))
+    path.write_text(yaml.safe_dump(operator_local.chart_pools(*helm_args)))
+    return path
+
+
+# ---------------------------------------------------------------- secrets and namespaces
+def build_s3_secret(name: str, namespace: str, info: s3server.S3Info) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "stringData": {
+            "AWS_ACCESS_KEY_ID": info.access_key,
+            "AWS_SECRET_ACCESS_KEY": info.secret_key,
+        },
+    }
+
+
+def ensure_s3_secret(admin: Path, namespace: str, info: s3server.S3Info) -> None:
+    """The run's credentials Secret, applied from stdin: the keys never reach argv or logs."""
+    secret = build_s3_secret(SECRET_NAME, namespace, info)
+    operator_local.kubectl(admin, "apply", "-f", "-", input=json.dumps(secret))
+
+
+# ---------------------------------------------------------------- the operator process
+@dataclass(frozen=True)
+class OperatorHandle:
+    pid: int
+    log: Path
+    health_url: str
+
+
+def _operator_info() -> Path:
+    return demo_dir() / "operator.json"
+
+
+def running_operator() -> OperatorHandle | None:
+    tracked = procs.read_tracked(demo_dir(), OPERATOR)
+    if tracked is None or not tracked.is_alive():
+        return None
+    try:
+        info = json.loads(_operator_info().read_text())
+    except (OSError, ValueError):
+        return None
+    return OperatorHandle(tracked.pid, tracked.log, str(info["health_url"]))
+
+
+def _wait_healthy(handle: OperatorHandle) -> None:
+    deadline = time.monotonic() + OPERATOR_READY_SECONDS
+    while time.monotonic() < deadline:
+        tracked = procs.read_tracked(demo_dir(), OPERATOR)
+        if tracked is None or not tracked.is_alive():
+            raise DevError(
+                f"the operator exited at start ({handle.log}):\n{procs.tail(handle.log)}"
+            )
+        try:
+            with urllib.request.urlopen(handle.health_url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise DevError(
+        f"the operator was not healthy after {OPERATOR_READY_SECONDS:.0f}s:\n{procs.tail(handle.log)}"
+    )
+
+
+def ensure_operator(admin: Path, values: dict[str, Any]) -> OperatorHandle:
+    """The chart's CRD, RBAC and pools (with `values`) installed; the operator running as the
+    chart's ServiceAccount, never admin."""
+    workdir = demo_dir()
+    helm_args = write_values(values, workdir / "values.yaml")
+    running = running_operator()
+    kubeconfig, pools = operator_local.prepare(admin, workdir, *helm_args)
+    if running is not None:
+        return running
+    metrics_port = free_port()
+    health_port = free_port({metrics_port})
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "DFLASH_POOLS_FILE": str(pools),
+        "DFLASH_METRICS_PORT": str(metrics_port),
+        "DFLASH_HEALTH_PORT": str(health_port),
+        "DFLASH_BIND_ADDRESS": "127.0.0.1",
+        "DFLASH_LOG_FORMAT": "text",
+    }
+    argv = [str(venv_bin() / "python"), "-m", "dflash_operator.main"]
+    tracked = procs.start(workdir, OPERATOR, argv, env=env)
+    handle = OperatorHandle(tracked.pid, tracked.log, f"http://127.0.0.1:{health_port}/healthz")
+    _operator_info().write_text(json.dumps({"health_url": handle.health_url}))
+    _wait_healthy(handle)
+    return handle
+
+
+def stop_operator() -> bool:
+    return procs.stop(demo_dir(), OPERATOR)
+
+
+# ---------------------------------------------------------------- everything
+@dataclass(frozen=True)
+class DemoEnvironment:
+    admin: Path
+    s3: s3server.S3Info
+    operator: OperatorHandle
+    executor_nodes: tuple[str, ...]
+    executor_state: Path
+
+
+def ensure_environment(say: Any = print) -> DemoEnvironment:
+    """Cluster, S3, executor, operator: each started unless it already runs."""
+    started = time.monotonic()
+    info = cluster.up()
+    say(
+        f"control plane up ({time.monotonic() - started:.0f}s): export KUBECONFIG={info.kubeconfig}"
+    )
+    s3 = s3server.up()
+    say(f"S3 (SeaweedFS) up at {s3.endpoint_url}")
+    executor = executor_service.executor_up(nodes=2)
+    say(f"process executor up: nodes {', '.join(executor['nodes'])} run pods as local processes")
+    admin = Path(info.kubeconfig)
+    operator = ensure_operator(admin, executor_pool_values())
+    say(
+        f"operator up (pid {operator.pid}, chart RBAC, pool {DEMO_POOL} -> executor nodes); log {operator.log}"
+    )
+    return DemoEnvironment(
+        admin, s3, operator, tuple(executor["nodes"]), Path(executor["state_dir"])
+    )
