@@ -263,27 +263,33 @@ class EvaluationSpec(ApiModel):
     prompts: EvalPrompts | None = Field(
         default=None,
         description=(
-            "Prompts to evaluate on. Unset: maxPrompts prompts held out of spec.data.sources "
-            "(never trained on)."
+            "Prompts to evaluate on, chat-templated with the target's tokenizer and "
+            "target.thinking (eval.yaml: prompts.source). Unset: prompts held out of the "
+            "tokenized training data, about 1.5 x maxPrompts samples chosen by a hash of the "
+            "sample id and never trained on (train.yaml: data.holdout_fraction)."
         ),
     )
     max_prompts: int = Field(
         default=DEFAULT_EVAL_PROMPTS,
         ge=1,
         le=MAX_EVAL_PROMPTS,
-        description="Prompts evaluated.",
+        description="Prompts evaluated (eval.yaml: prompts.num_prompts).",
     )
     max_new_tokens: int = Field(
         default=DEFAULT_EVAL_NEW_TOKENS,
         ge=1,
         le=32_768,
-        description="Tokens generated per prompt.",
+        description="Tokens generated per prompt (eval.yaml: max_new_tokens).",
     )
     temperature: float = Field(
         default=0.0,
         ge=0,
         le=2,
-        description="Sampling temperature of the target during evaluation; 0 is greedy.",
+        description=(
+            "Sampling temperature of the target during evaluation; 0 is greedy. Above 0 the "
+            "drafts are verified by speculative sampling, which keeps the target's own "
+            "distribution (eval.yaml: temperature)."
+        ),
     )
     image: Image | None = Field(
         default=None,

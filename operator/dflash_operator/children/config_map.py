@@ -15,13 +15,20 @@ from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_training import Strategy
-from dflash_operator.children.commands import to_local
+from dflash_operator.children.commands import CHAT_TEMPLATE_FILE, to_local
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_metadata
 
 # The trainer patches status at most this often (data-contracts section 6).
 PROGRESS_PATCH_SECONDS = 30
 # The evaluation needs at least the bonus token and one drafted token per prompt.
 MIN_EVAL_NEW_TOKENS = 2
+# Held-out share of the tokenized samples when evaluation prompts come from the training
+# data: maxPrompts with a margin for samples whose prompt is unusable (too long, nothing
+# supervised), never more than a quarter of the data (tiny runs still train), and a small
+# share before the sample count is known (only stages before training render it then).
+HOLDOUT_MARGIN = 1.5
+MAX_HOLDOUT_FRACTION = 0.25
+DEFAULT_HOLDOUT_FRACTION = 0.01
 _STRATEGIES = {Strategy.DDP: "ddp", Strategy.FSDP: "fsdp2"}
 
 
@@ -42,8 +49,24 @@ def _layer_types(spec: DFlashRunSpec) -> list[str] | None:
     return ["sliding_attention"] * window.layers + ["full_attention"] * (layers - window.layers)
 
 
-def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
-    """The trainer's config (`dflash_trainer/train/config.py`, docs/trainer-config.md)."""
+def build_holdout_fraction(spec: DFlashRunSpec, samples: int | None) -> float:
+    """Share of the training data kept out for evaluation: train.yaml `data.holdout_fraction`
+    and eval.yaml `prompts.holdout_fraction`, which must agree (the same hash of the sample
+    id picks the same rows). 0 without evaluation, or with its own `prompts`."""
+    evaluation = spec.evaluation
+    if not evaluation.enabled or evaluation.prompts is not None:
+        return 0.0
+    if not samples:
+        return DEFAULT_HOLDOUT_FRACTION
+    share = min(MAX_HOLDOUT_FRACTION, evaluation.max_prompts * HOLDOUT_MARGIN / samples)
+    return float(f"{share:.4g}")
+
+
+def build_train_file(
+    spec: DFlashRunSpec, run_root: str, samples: int | None = None
+) -> dict[str, Any]:
+    """The trainer's config (`dflash_trainer/train/config.py`, docs/trainer-config.md);
+    `samples`: the tokenized samples (status), which size the evaluation's hold-out."""
     training = spec.training
     drafter: dict[str, Any] = {
         "num_layers": spec.drafter.num_layers,
@@ -62,7 +85,11 @@ def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
         "seed": training.seed,
         "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
         "drafter": drafter,
-        "data": {"max_seq_len": spec.tokenization.max_seq_len, "batch_size": training.batch_size},
+        "data": {
+            "max_seq_len": spec.tokenization.max_seq_len,
+            "batch_size": training.batch_size,
+            "holdout_fraction": build_holdout_fraction(spec, samples),
+        },
         "objective": {
             "anchors_per_sequence": training.anchors_per_sequence,
             "gamma": training.loss_decay_gamma,
@@ -85,15 +112,32 @@ def build_train_file(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
     }
 
 
-def build_eval_file(spec: DFlashRunSpec, run_root: str, on_gpus: bool) -> dict[str, Any]:
-    """The evaluation's config (`dflash_trainer/eval/config.py`): target, drafter, prompts."""
+def build_eval_file(
+    spec: DFlashRunSpec, run_root: str, on_gpus: bool, samples: int | None = None
+) -> dict[str, Any]:
+    """The evaluation's config (`dflash_trainer/eval/config.py`) from every field of
+    spec.evaluation: prompts (its own source, else held out of the training data), maxPrompts,
+    maxNewTokens, temperature; image and nodePool shape the pod instead."""
     evaluation = spec.evaluation
+    prompts: dict[str, Any] = {"num_prompts": evaluation.max_prompts}
+    if evaluation.prompts is not None:
+        source: dict[str, Any] = {
+            "uri": to_local(evaluation.prompts.uri),
+            "format": evaluation.prompts.format.value,
+            "enable_thinking": spec.target.thinking,
+        }
+        if spec.target.chat_template:
+            source["chat_template"] = CHAT_TEMPLATE_FILE
+        prompts["source"] = source
+    else:
+        prompts["holdout_fraction"] = build_holdout_fraction(spec, samples)
     return {
         "run_root": run_root,
         "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
         "drafter_uri": f"{run_root}/final",
-        "prompts": {"num_prompts": evaluation.max_prompts},
+        "prompts": prompts,
         "max_new_tokens": max(evaluation.max_new_tokens, MIN_EVAL_NEW_TOKENS),
+        "temperature": evaluation.temperature,
         # vLLM on GPU pools; the built-in speculative loop on CPU (tests, demo).
         "engine": "vllm" if on_gpus else "builtin",
     }
@@ -104,14 +148,15 @@ def _dump(document: dict[str, Any]) -> str:
 
 
 def build_config_data(
-    spec: DFlashRunSpec, run_root: str, eval_on_gpus: bool = False
+    spec: DFlashRunSpec, run_root: str, eval_on_gpus: bool = False, samples: int | None = None
 ) -> dict[str, str]:
-    """File name -> content, exactly as mounted at /etc/dflash."""
+    """File name -> content, exactly as mounted at /etc/dflash; `samples`: tokenized samples
+    so far (None before tokenization), for the evaluation's hold-out."""
     data = {
         "sources.yaml": _dump(build_sources_file(spec)),
         "thresholds.yaml": _dump(build_thresholds_file(spec)),
-        "train.yaml": _dump(build_train_file(spec, run_root)),
-        "eval.yaml": _dump(build_eval_file(spec, run_root, eval_on_gpus)),
+        "train.yaml": _dump(build_train_file(spec, run_root, samples)),
+        "eval.yaml": _dump(build_eval_file(spec, run_root, eval_on_gpus, samples)),
     }
     if spec.target.chat_template:
         data["chat_template.jinja"] = spec.target.chat_template
@@ -125,9 +170,13 @@ def config_hash(data: dict[str, str]) -> str:
 
 
 def build_config_map(
-    run: RunRef, spec: DFlashRunSpec, run_root: str, eval_on_gpus: bool = False
+    run: RunRef,
+    spec: DFlashRunSpec,
+    run_root: str,
+    eval_on_gpus: bool = False,
+    samples: int | None = None,
 ) -> dict[str, Any]:
-    data = build_config_data(spec, run_root, eval_on_gpus)
+    data = build_config_data(spec, run_root, eval_on_gpus, samples)
     name = child_name(run.name, Stage.CONFIG)
     return {
         "apiVersion": "v1",

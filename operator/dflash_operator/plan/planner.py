@@ -266,7 +266,12 @@ def _start(
     """Create the stage's child (after its config and, for training, its identity)."""
     eval_placement = ctx.placements.get(Stage.EVAL)
     on_gpus = eval_placement is not None and eval_placement.gpus > 0
-    config = build_config_map(ctx.run, ctx.spec, ctx.run_root, eval_on_gpus=on_gpus)
+    stages_status = draft.status.stages
+    tokenized = stages_status.tokenization if stages_status else None
+    samples = tokenized.samples if tokenized else None
+    config = build_config_map(
+        ctx.run, ctx.spec, ctx.run_root, eval_on_gpus=on_gpus, samples=samples
+    )
     access = build_trainer_access(ctx.run) if stage == Stage.TRAIN else []
     wanted = [("ConfigMap", config["metadata"]["name"])]
     wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]

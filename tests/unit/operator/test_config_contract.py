@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,3 +36,26 @@ def test_the_rendered_training_and_evaluation_configs_load_in_the_trainer(
     assert train.data.max_seq_len == spec.tokenization.max_seq_len
     assert evaluation.drafter == f"{ROOT}/final"
     assert evaluation.engine == ("vllm" if on_gpus else "builtin")
+
+
+def test_the_config_rendered_for_training_holds_out_evaluation_prompts_sized_by_the_tokenized_samples(
+    sim: Any,
+) -> None:
+    world = sim()
+    world.step()
+    for name, result in (
+        ("r1-regen", {"samples": 10}),
+        ("r1-audit-completions", {"verdict": "pass"}),
+        ("r1-tokenize", {"samples": 1000}),
+        ("r1-audit-tokens", {"verdict": "pass"}),
+    ):
+        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
+        world.settle()
+    assert world.status["phase"] == "Training"
+
+    files = world.manifests[("ConfigMap", "r1-config")]["data"]
+    train = yaml.safe_load(files["train.yaml"])
+    evaluation = yaml.safe_load(files["eval.yaml"])
+
+    assert train["data"]["holdout_fraction"] == 0.192  # 128 prompts x 1.5 / 1000 samples
+    assert evaluation["prompts"]["holdout_fraction"] == 0.192

@@ -4,6 +4,7 @@ configs (docs/trainer-config.md is the agreement; this catches drift on either s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,3 +27,72 @@ def test_the_operators_rendered_configs_validate_against_the_trainer_schema(
     for on_gpus in (True, False):
         evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, on_gpus))
         assert evaluation.drafter == f"{RUN_ROOT}/final"
+
+
+def _spec(**evaluation: Any) -> DFlashRunSpec:
+    example = yaml.safe_load((EXAMPLES[0].parent / "qwen3-8b.yaml").read_text())["spec"]
+    example["evaluation"] = {**(example.get("evaluation") or {}), **evaluation}
+    return DFlashRunSpec.model_validate(example)
+
+
+def test_every_evaluation_field_reaches_the_evaluation_config() -> None:
+    spec = _spec(
+        prompts={"uri": "pvc://datasets/eval/prompts.jsonl", "format": "sharegpt"},
+        maxPrompts=77,
+        maxNewTokens=99,
+        temperature=0.7,
+    )
+
+    evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, on_gpus=False))
+    train = TrainConfig.model_validate(build_train_file(spec, RUN_ROOT, samples=1000))
+
+    source = evaluation.prompts.source
+    assert source is not None
+    assert source.uri == "/mnt/pvc/datasets/eval/prompts.jsonl"
+    assert source.format == "sharegpt"
+    assert source.enable_thinking is spec.target.thinking
+    assert evaluation.prompts.num_prompts == 77
+    assert evaluation.max_new_tokens == 99
+    assert evaluation.temperature == 0.7
+    # Prompts of their own: nothing is held out of training.
+    assert evaluation.prompts.holdout_fraction == 0 and train.data.holdout_fraction == 0
+
+
+# The fields of spec.evaluation that do not go into eval.yaml, and where they go instead.
+NOT_IN_EVAL_YAML = {
+    "enabled": "the pipeline (plan/stages.py)",
+    "image": "the eval Job's image",
+    "node_pool": "the eval Job's placement",
+}
+
+
+def test_no_evaluation_field_is_forgotten() -> None:
+    from dflash_operator.api.spec_training import EvaluationSpec
+
+    rendered = {"prompts", "max_prompts", "max_new_tokens", "temperature"}
+    assert set(EvaluationSpec.model_fields) == rendered | set(NOT_IN_EVAL_YAML)
+
+
+@pytest.mark.parametrize(
+    ("samples", "max_prompts", "expected"),
+    [(None, 128, 0.01), (902_087, 128, 0.0002128), (1000, 10, 0.015), (40, 16, 0.25)],
+)
+def test_training_holds_out_the_evaluation_prompts_with_the_same_fraction_on_both_sides(
+    samples: int | None, max_prompts: int, expected: float
+) -> None:
+    spec = _spec(maxPrompts=max_prompts)
+
+    train = TrainConfig.model_validate(build_train_file(spec, RUN_ROOT, samples))
+    evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, False, samples))
+
+    assert train.data.holdout_fraction == pytest.approx(expected, rel=1e-3)
+    assert evaluation.prompts.holdout_fraction == train.data.holdout_fraction
+    assert evaluation.prompts.source is None
+
+
+def test_no_hold_out_without_evaluation() -> None:
+    spec = _spec(enabled=False)
+    assert (
+        TrainConfig.model_validate(build_train_file(spec, RUN_ROOT, 5000)).data.holdout_fraction
+        == 0
+    )

@@ -49,3 +49,41 @@ def test_a_stop_token_ends_generation_right_after_it(tiny_qwen3: TargetParts) ->
     stopped = speculative_generate(tiny_qwen3, taps, drafter, prompt, 12, {stop}).tokens
     assert stopped == free[: free.index(stop) + 1]
     taps.remove()
+
+
+def test_sampled_speculative_decoding_at_a_tiny_temperature_equals_greedy_decoding(
+    tiny_qwen3: TargetParts,
+) -> None:
+    cfg = build_drafter_config(tiny_qwen3.config, num_layers=1, block_size=4, mask_token_id=511)
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(cfg).eval()
+    taps = TargetTaps(tiny_qwen3, cfg.target_layer_ids)
+    prompt = torch.randint(0, 511, (1, 6), generator=torch.Generator().manual_seed(3))
+    out = speculative_generate(
+        tiny_qwen3, taps, drafter, prompt[0].tolist(), 12,
+        temperature=1e-4, generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    assert out.tokens == greedy_generate(tiny_qwen3.model, prompt, 12)[0, 6:].tolist()
+    taps.remove()
+
+
+def test_sampled_speculative_decoding_is_reproducible_per_seed_and_varies_across_seeds(
+    tiny_qwen3: TargetParts,
+) -> None:
+    cfg = build_drafter_config(tiny_qwen3.config, num_layers=1, block_size=4, mask_token_id=511)
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(cfg).eval()
+    taps = TargetTaps(tiny_qwen3, cfg.target_layer_ids)
+    prompt = [5, 17, 230, 41, 99, 7]
+
+    def run(seed: int) -> list[int]:
+        generator = torch.Generator().manual_seed(seed)
+        out = speculative_generate(
+            tiny_qwen3, taps, drafter, prompt, 16, temperature=1.5, generator=generator
+        )
+        assert sum(out.produced) == 15 and len(out.tokens) == 16
+        return out.tokens
+
+    assert run(1) == run(1)
+    assert len({tuple(run(seed)) for seed in range(4)}) > 1
+    taps.remove()

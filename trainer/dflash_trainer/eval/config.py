@@ -26,6 +26,7 @@ EVAL_URI_KEYS = [
     ("target", "path"),
     ("drafter_uri",),
     ("prompts", "tokenized_uri"),
+    ("prompts", "source", "uri"),
     ("output_uri",),
 ]
 
@@ -37,17 +38,31 @@ class RandomPromptsSection(Section):
     seed: int = 1
 
 
+class PromptSourceSection(Section):
+    """Prompts read from a dataset (spec.evaluation.prompts), chat-templated like training."""
+
+    uri: str
+    format: Literal["sharegpt", "openai-messages", "alpaca", "prompt-only"]
+    enable_thinking: bool = True
+    chat_template: str | None = None  # a Jinja file replacing the tokenizer's template
+
+
 class PromptsSection(Section):
     tokenized_uri: str | None = None
     random: RandomPromptsSection | None = None
+    source: PromptSourceSection | None = None
     holdout_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     num_prompts: Annotated[int, Field(ge=1)] = 32
     max_prompt_tokens: Annotated[int, Field(ge=1)] = 2048
 
     @model_validator(mode="after")
     def _one_source(self) -> PromptsSection:
-        if self.tokenized_uri and self.random:
-            raise ValueError("set at most one of prompts.tokenized_uri and prompts.random")
+        chosen = [k for k in ("tokenized_uri", "random", "source") if getattr(self, k)]
+        if len(chosen) > 1:
+            raise ValueError(
+                "set at most one of prompts.tokenized_uri, prompts.random and prompts.source "
+                f"(got {', '.join(chosen)})"
+            )
         return self
 
 
@@ -63,6 +78,9 @@ class EvalConfig(Section):
     drafter_uri: str | None = None
     prompts: PromptsSection = PromptsSection()
     max_new_tokens: Annotated[int, Field(ge=2)] = 128
+    # 0: greedy; above: speculative sampling at this temperature (the target's distribution).
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    seed: int = 0
     stop_token_ids: list[int] = Field(default_factory=list)
     engine: Literal["builtin", "vllm"] = "builtin"
     check_greedy: bool = True

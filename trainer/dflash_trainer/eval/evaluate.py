@@ -49,6 +49,7 @@ class EvalReport:
             "drafterUri": cfg.drafter,
             "target": cfg.target.name,
             "maxNewTokens": cfg.max_new_tokens,
+            "temperature": cfg.temperature,
         }
 
 
@@ -64,6 +65,8 @@ def select_prompts(cfg: EvalConfig, vocab_size: int, mask_token_id: int) -> list
             avoid=mask_token_id,
         )
         return [p.tolist() for p in prompts]
+    if section.source is not None:
+        return read_source_prompts(cfg)
     rows = read_tokenized(cfg.tokenized())
     if section.holdout_fraction > 0:
         _, rows = split_holdout(rows, section.holdout_fraction)
@@ -82,6 +85,51 @@ def select_prompts(cfg: EvalConfig, vocab_size: int, mask_token_id: int) -> list
         raise DataError(
             f"{cfg.tokenized()}: no held-out sample has a prompt of 1.."
             f"{section.max_prompt_tokens} tokens"
+        )
+    return out
+
+
+def read_source_prompts(cfg: EvalConfig) -> list[list[int]]:
+    """Prompts of `prompts.source`, chat-templated with the target's tokenizer (thinking as in
+    training), the first `num_prompts` that fit `max_prompt_tokens`."""
+    from dflash_trainer.data.chat_template import ChatTemplate
+    from dflash_trainer.data.errors import BadInputError
+    from dflash_trainer.data.ingest import SourceStats, iter_source
+    from dflash_trainer.data.sources import SourceFormat, SourceSpec
+    from dflash_trainer.data.target import load_tokenizer
+    from dflash_trainer.storage import store_for
+
+    section = cfg.prompts
+    source = section.source
+    assert source is not None
+    if not cfg.target.path:
+        raise DataError("prompts.source needs target.path: its tokenizer renders the prompts")
+    try:
+        tokenizer = load_tokenizer(cfg.target.path)
+        override = None
+        if source.chat_template:
+            override = store_for(source.chat_template).read_bytes(source.chat_template).decode()
+        template = ChatTemplate.from_tokenizer(tokenizer, override)
+        spec = SourceSpec(name="eval", uri=source.uri, format=SourceFormat(source.format))
+        stats = SourceStats("eval", source.uri)
+        out: list[list[int]] = []
+        for record in iter_source(spec, stats, set()):
+            text = template.render(
+                list(record.messages),
+                add_generation_prompt=True,
+                enable_thinking=source.enable_thinking,
+            )
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if 0 < len(ids) <= section.max_prompt_tokens:
+                out.append([int(t) for t in ids])
+            if len(out) == section.num_prompts:
+                break
+    except BadInputError as exc:
+        raise DataError(f"prompts.source {source.uri}: {exc}") from None
+    if not out:
+        raise DataError(
+            f"prompts.source {source.uri} (format {source.format}): no usable prompt of 1.."
+            f"{section.max_prompt_tokens} tokens in {stats.rows} rows"
         )
     return out
 
@@ -116,14 +164,19 @@ def evaluate_builtin(cfg: EvalConfig, target: TargetParts, device: torch.device)
     prompts = select_prompts(cfg, int(target.config.vocab_size), drafter.config.mask_token_id)
     stats = AcceptanceStats(drafter.config.block_size)
     stops = set(cfg.stop_token_ids)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
     outputs = []
     for prompt in prompts:
-        out = speculative_generate(target, taps, drafter, prompt, cfg.max_new_tokens, stops)
+        out = speculative_generate(
+            target, taps, drafter, prompt, cfg.max_new_tokens, stops, cfg.temperature, generator
+        )
         stats.add(out)
         outputs.append(out.tokens)
     taps.remove()
     mismatches = 0
-    if cfg.check_greedy:
+    # Sampled outputs differ from greedy ones by design: the check is for temperature 0.
+    check_greedy = cfg.check_greedy and cfg.temperature == 0
+    if check_greedy:
         references = build_greedy_references(target, prompts, cfg.max_new_tokens, stops, device)
         for i, (spec, ref) in enumerate(zip(outputs, references, strict=True)):
             if spec != ref:
@@ -135,7 +188,7 @@ def evaluate_builtin(cfg: EvalConfig, target: TargetParts, device: torch.device)
         len(prompts),
         stats.rounds,
         stats.produced,
-        mismatches if cfg.check_greedy else None,
+        mismatches if check_greedy else None,
         "builtin",
     )
 
@@ -164,7 +217,9 @@ def evaluate_vllm(cfg: EvalConfig, target_path: str) -> EvalReport:  # pragma: n
         },
     )
     prompts = select_prompts(cfg, drafter_cfg.vocab_size, drafter_cfg.mask_token_id)
-    params = SamplingParams(temperature=0.0, max_tokens=cfg.max_new_tokens)
+    params = SamplingParams(
+        temperature=cfg.temperature, seed=cfg.seed, max_tokens=cfg.max_new_tokens
+    )
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
     counters: dict[str, Any] = {m.name: m for m in llm.get_metrics()}
     drafts = counters["vllm:spec_decode_num_drafts"].value

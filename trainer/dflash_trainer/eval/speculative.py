@@ -62,14 +62,19 @@ def speculative_generate(
     prompt: list[int],
     max_new_tokens: int,
     stop_token_ids: set[int] | None = None,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
 ) -> SpecOutput:
-    """Greedy speculative decoding of one prompt; the output equals plain greedy decoding."""
+    """Speculative decoding of one prompt. Greedy (temperature 0): the output equals plain
+    greedy decoding. Sampled (temperature > 0): standard speculative sampling (accept draft
+    token x with probability min(1, p(x)/q(x)), else resample from max(0, p - q)), so the
+    output follows the target's own distribution at that temperature."""
     cfg = drafter.config
     device = target.embed.weight.device
     stops = stop_token_ids or set()
     drafter_dtype = drafter.fc.weight.dtype
     features, logits = taps.features_and_logits(torch.tensor([prompt], device=device))
-    ids = [*prompt, int(logits[0, -1].argmax())]
+    ids = [*prompt, _pick(logits[0, -1], temperature, generator)]
     context = features  # features of every position before the current anchor
     generated = 1
     accepted_log: list[int] = []
@@ -90,13 +95,23 @@ def speculative_generate(
             layout,
             backend="dense",
         )
-        draft = target.lm_head(hidden[0, 1:].to(target.embed.weight.dtype)).argmax(-1).tolist()
+        draft_logits = target.lm_head(hidden[0, 1:].to(target.embed.weight.dtype))
+        if temperature > 0:
+            q = torch.softmax(draft_logits.float() / temperature, dim=-1)
+            draft = [_sample(q[j], generator) for j in range(q.shape[0])]
+        else:
+            draft = draft_logits.argmax(-1).tolist()
         features, logits = taps.features_and_logits(torch.tensor([ids + draft], device=device))
-        choice = logits[0, anchor:].argmax(-1).tolist()  # choice[j]: the target's token anchor+1+j
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == choice[accepted]:
-            accepted += 1
-        new = [*draft[:accepted], choice[accepted]][: max_new_tokens - generated]
+        if temperature > 0:
+            p = torch.softmax(logits[0, anchor:].float() / temperature, dim=-1)
+            accepted, last = _verify_sampled(draft, p, q, generator)
+        else:
+            choice = logits[0, anchor:].argmax(-1).tolist()  # choice[j]: the token at anchor+1+j
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == choice[accepted]:
+                accepted += 1
+            last = choice[accepted]
+        new = [*draft[:accepted], last][: max_new_tokens - generated]
         for j, token in enumerate(new):
             if token in stops:
                 new = new[: j + 1]
@@ -107,3 +122,29 @@ def speculative_generate(
         produced_log.append(len(new))
         context = features
     return SpecOutput(ids[len(prompt) :], accepted_log, produced_log)
+
+
+def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    if temperature <= 0:
+        return int(logits.argmax())
+    return _sample(torch.softmax(logits.float() / temperature, dim=-1), generator)
+
+
+def _verify_sampled(
+    draft: list[int], p: torch.Tensor, q: torch.Tensor, generator: torch.Generator | None
+) -> tuple[int, int]:
+    """(drafts accepted, the token after them): p[j] and q[j] are the target's and the
+    drafter's distributions of the token at slot j+1; p[len(draft)] gives the bonus token."""
+    for j, token in enumerate(draft):
+        ratio = float(p[j, token]) / max(float(q[j, token]), 1e-30)
+        draw = float(torch.rand((), generator=generator, device=p.device))
+        if draw < min(1.0, ratio):
+            continue
+        residual = (p[j] - q[j]).clamp(min=0)
+        total = float(residual.sum())
+        return j, _sample(residual / total if total > 0 else p[j], generator)
+    return len(draft), _sample(p[len(draft)], generator)
