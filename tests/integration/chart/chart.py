@@ -111,7 +111,12 @@ class Release:
         return helm(*args, "-n", self.namespace, kubeconfig=self.cluster.kubeconfig, check=check)
 
     def install(self, *values: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = self.helm("install", self.name, str(CHART), *values, check=check)
+        # Helm 4 server-side-applies crds/ at install. On the shared cluster the operator tests
+        # apply the same CRD under their own field manager, from a working tree other engineers
+        # change concurrently: a description edited in between would be a conflict.
+        result = self.helm(
+            "install", self.name, str(CHART), "--force-conflicts", *values, check=check
+        )
         self.installed = self.installed or result.returncode == 0
         return result
 
