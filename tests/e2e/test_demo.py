@@ -1,0 +1,98 @@
+"""The demo's run, at test size: every phase for real (regeneration with the transformers engine,
+both gates, tokenization, a 2-pod PyTorchJob with checkpoints in S3, export, evaluation), and
+the drafter it exports drafts exactly what the target generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from dflash_dev.demo.harness import DemoHarness
+from dflash_dev.demo.summary import split_s3_uri
+from dflash_trainer.eval.greedy import greedy_generate
+from dflash_trainer.eval.speculative import speculative_generate
+from dflash_trainer.model.export import load_exported_drafter
+from dflash_trainer.model.taps import TargetTaps
+from dflash_trainer.model.target import load_target
+from dflash_trainer.tiny.prompts import build_prompts
+from transformers import AutoTokenizer
+
+STAGES = ("regen", "audit-completions", "tokenize", "audit-tokens", "eval")
+VERIFY_PROMPTS = 4
+VERIFY_NEW_TOKENS = 40
+
+
+def verify_against_target(
+    drafter_uri: str, model_uri: str, workdir: Path
+) -> list[tuple[list[int], list[int]]]:
+    """(speculative, greedy) outputs of the exported drafter + target on chat prompts."""
+    target = load_target(
+        path=model_uri, config=None, seed=0, dtype="float32", device=torch.device("cpu"),
+        cache_dir=workdir / "models",
+    )  # fmt: skip
+    drafter = load_exported_drafter(drafter_uri).eval()
+    taps = TargetTaps(target, drafter.config.target_layer_ids)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(next((workdir / "models").rglob("tokenizer.json")).parent)
+    )
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert isinstance(end_of_turn, int)
+    stops = {end_of_turn}
+    pairs = []
+    for text in build_prompts(VERIFY_PROMPTS, seed=99):
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
+            enable_thinking=True,
+        )  # fmt: skip
+        prompt = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        spec = speculative_generate(target, taps, drafter, prompt, VERIFY_NEW_TOKENS, stops)
+        ids = greedy_generate(target.model, torch.tensor([prompt]), VERIFY_NEW_TOKENS, stops)
+        greedy = ids[0, len(prompt) :].tolist()
+        cut = next((j for j, t in enumerate(greedy) if t in stops), len(greedy) - 1)
+        pairs.append((spec.tokens, greedy[: cut + 1]))
+    taps.remove()
+    return pairs
+
+
+def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
+    harness: DemoHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.start_operator()
+    harness.apply(harness.build_run("demo"))
+
+    status = harness.wait_phase("demo", "Succeeded", "Failed", "AuditFailed")
+    assert status["phase"] == "Succeeded", harness.describe("demo")
+
+    # One child per stage, each pod on this session's executor nodes.
+    assert harness.children("jobs") == [f"demo-{stage}" for stage in sorted(STAGES)]
+    assert harness.children("pytorchjobs") == ["demo-train"]
+    nodes = {pod["spec"]["nodeName"] for pod in harness.pods()}
+    assert nodes <= set(harness.executor.nodes)
+    train_pods = [p for p in harness.pods() if p["metadata"]["name"].startswith("demo-train-")]
+    assert sorted(p["metadata"]["name"] for p in train_pods) == [
+        "demo-train-master-0",
+        "demo-train-worker-0",
+    ]
+
+    # The status tells the whole story.
+    assert status["audit"]["completions"]["verdict"] == "pass"
+    assert status["audit"]["tokens"]["verdict"] == "pass"
+    assert status["stages"]["regeneration"]["samples"] == 4 * 16
+    assert status["training"]["step"] == status["training"]["totalSteps"] > 0
+    assert status["checkpoint"]["step"] == status["training"]["step"]
+    assert status["acceptanceLength"] >= 1.0
+    drafter_uri = status["drafterUri"]
+    assert drafter_uri.startswith(f"s3://{harness.bucket}/") and drafter_uri.endswith("/final")
+
+    # The exported drafter loads from S3 and verifies token for token against the target.
+    for key, value in harness.s3.env.items():
+        monkeypatch.setenv(key, value)
+    model_uri = harness.run("demo")["spec"]["target"]["model"]
+    bucket, key = split_s3_uri(model_uri)
+    assert harness.s3.client().head_object(Bucket=bucket, Key=f"{key}/config.json")
+    pairs = verify_against_target(drafter_uri, model_uri, tmp_path)
+    assert len(pairs) == VERIFY_PROMPTS
+    for speculative, greedy in pairs:
+        assert len(greedy) > 1
+        assert speculative == greedy
