@@ -104,6 +104,43 @@ class TokensGate(ApiModel):
     )
 
 
+_GATE_GROUPS = ("prompts", "completions", "tokens")
+# Fields that tune how checks measure, not the bound of one check (the trainer's SETTINGS).
+SETTING_FIELDS = frozenset({"min_source_samples", "stub_tokens", "min_thinking_tokens"})
+# Checks that share another check's threshold.
+_ALSO_CHECKS = {"min_samples": " (per source, in the prompts gate: source_samples)"}
+
+
+def check_of(field: str) -> str:
+    """`max_stub_rate` -> `stub_rate`: the check name reported in status and reports."""
+    return field.split("_", 1)[1]
+
+
+def _name_checks(model: type[ApiModel]) -> None:
+    """Append the check each threshold bounds to its description (kubectl explain, docs)."""
+    for name, info in model.model_fields.items():
+        if name.startswith(("max_", "min_")) and name not in SETTING_FIELDS:
+            also = _ALSO_CHECKS.get(name, "")
+            info.description = f"{info.description} Check: {check_of(name)}{also}."
+    model.model_rebuild(force=True)
+
+
+for _gate_model in (PromptsGate, CompletionsGate, TokensGate):
+    _name_checks(_gate_model)
+
+
+def threshold_field_path(name: str) -> str | None:
+    """`maxTruncationRate` (a thresholds.yaml key) -> `spec.audit.completions.maxTruncationRate`;
+    None for a name spec.audit does not have."""
+    for group in _GATE_GROUPS:
+        model = AuditSpec.model_fields[group].annotation
+        assert isinstance(model, type) and issubclass(model, ApiModel)
+        if any(info.alias == name for info in model.model_fields.values()):
+            return f"spec.audit.{group}.{name}"
+    shared = {info.alias for key, info in AuditSpec.model_fields.items() if key not in _GATE_GROUPS}
+    return f"spec.audit.{name}" if name in shared and name != "nodePool" else None
+
+
 class AuditSpec(ApiModel):
     """Thresholds of the gates that stop a run before GPU time is spent on broken data.
 
@@ -159,3 +196,6 @@ class AuditSpec(ApiModel):
             **self.tokens.to_api(),
             "expectThinking": expect_thinking,
         }
+
+
+_name_checks(AuditSpec)

@@ -158,7 +158,20 @@ class StageProgress(StatusModel):
 class AuditViolation(StatusModel):
     """One failed check of a gate."""
 
-    check: str = Field(description="The threshold's name, e.g. maxStubRate.")
+    check: str = Field(
+        description=(
+            "The check's name, e.g. stub_rate (docs/audit-gates.md). Its threshold is the "
+            "spec.audit field named max/min + the check in camelCase (stub_rate: maxStubRate), "
+            "given in thresholdField."
+        )
+    )
+    threshold_field: str | None = Field(
+        default=None,
+        description=(
+            "The spec field that sets the threshold, e.g. spec.audit.maxStubRate or "
+            "spec.audit.completions.maxTruncationRate: edit it, then retry."
+        ),
+    )
     value: float | None = Field(default=None, description="Measured value.")
     threshold: float | None = Field(default=None, description="The threshold it crossed.")
     message: str | None = Field(default=None, description="What is wrong, in words.")

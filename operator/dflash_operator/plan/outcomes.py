@@ -33,7 +33,7 @@ from dflash_operator.plan.stages import STAGE_GATES, StageContext, stage_retry_l
 
 # Violations listed in a condition message; the full list is in status.audit and the report.
 MAX_LISTED_VIOLATIONS = 8
-_RATE_SUFFIXES = ("Rate", "Share", "Fraction")
+_RATE_SUFFIXES = ("Rate", "Share", "Fraction", "_rate", "_share", "_fraction")
 # Separates the last pod failure from the rest of a running stage's condition message.
 LAST_FAILURE_MARK = "; last failure: "
 
@@ -53,13 +53,18 @@ def _number(check: str, value: float | None) -> str:
 
 
 def describe_violation(violation: AuditViolation) -> str:
-    """'stub responses 87.1% > 5%' from the stage, else 'maxStubRate: 87.1% > 5%'."""
+    """The stage's own words ('stub_rate: 87.1% of samples are stubs (above the limit 5.0%)')
+    else 'stub_rate: 87.1% > 5%', followed by the spec.audit field that sets the limit."""
+    field = violation.threshold_field
     if violation.message:
-        return violation.message
-    comparator = "<" if violation.check.startswith("min") else ">"
-    value = _number(violation.check, violation.value)
-    threshold = _number(violation.check, violation.threshold)
-    return f"{violation.check}: {value} {comparator} {threshold}"
+        text = violation.message
+    else:
+        bound = (field or violation.check).rsplit(".", 1)[-1]
+        comparator = "<" if bound.startswith("min") else ">"
+        value = _number(bound, violation.value)
+        threshold = _number(bound, violation.threshold)
+        text = f"{violation.check}: {value} {comparator} {threshold}"
+    return f"{text} [{field}]" if field else text
 
 
 def describe_violations(result: AuditResult) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dflash_operator.api.constants import Gate, Verdict
+from dflash_operator.api.spec_audit import threshold_field_path
 from dflash_operator.api.status_parts import (
     AuditResult,
     AuditViolation,
@@ -100,9 +101,14 @@ def _violations(raw: Any) -> list[AuditViolation]:
     out = []
     for item in raw if isinstance(raw, list) else []:
         try:
-            out.append(AuditViolation.model_validate(item))
+            violation = AuditViolation.model_validate(item)
         except ValidationError:
             continue
+        if violation.threshold_field:
+            # The stage names the thresholds.yaml key; status names the spec field to edit.
+            path = threshold_field_path(violation.threshold_field)
+            violation = violation.model_copy(update={"threshold_field": path})
+        out.append(violation)
         if len(out) >= MAX_VIOLATIONS:
             break
     return out

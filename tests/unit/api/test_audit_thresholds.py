@@ -5,10 +5,18 @@ The trainer module is imported here only: the operator never imports dflash_trai
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from dflash_operator.api.spec_audit import AuditSpec
-from dflash_trainer.data.audit.thresholds import Thresholds
+import pytest
+from dflash_operator.api.spec_audit import (
+    SETTING_FIELDS,
+    AuditSpec,
+    check_of,
+    threshold_field_path,
+)
+from dflash_trainer.data.audit.checks import CHECKS, Check, build_violation
+from dflash_trainer.data.audit.thresholds import SETTINGS, Thresholds
 from pydantic import BaseModel
 
 # Not a user setting in the CRD: the operator derives it from spec.target.thinking.
@@ -46,3 +54,58 @@ def test_the_rendered_thresholds_file_is_read_by_the_trainer_unchanged() -> None
     assert parsed.min_supervised_tokens == 5
     assert parsed.expect_thinking is False
     assert parsed.max_duplicate_rate == Thresholds().max_duplicate_rate
+
+
+# --- one vocabulary: check name <-> threshold field ------------------------------------------
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "audit-gates.md"
+
+
+def _threshold_fields() -> set[str]:
+    return set(Thresholds.model_fields) - SETTINGS
+
+
+def test_every_audit_threshold_bounds_a_check_and_every_check_has_a_threshold_field() -> None:
+    used = {check.threshold for check in CHECKS}
+    assert used == _threshold_fields()
+    assert SETTING_FIELDS == SETTINGS - DERIVED
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: f"{c.gate}:{c.name}")
+def test_a_checks_threshold_is_named_after_it(check: Check) -> None:
+    if check.name == "source_samples":  # the per-source form of `samples`
+        assert check.threshold == "min_samples"
+    else:
+        assert check.threshold == f"{check.kind}_{check.name}"
+        assert check_of(check.threshold) == check.name
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: f"{c.gate}:{c.name}")
+def test_status_names_the_spec_field_of_every_checks_threshold(check: Check) -> None:
+    path = threshold_field_path(check.threshold_field)
+    assert path is not None and path.endswith("." + check.threshold_field)
+    node: Any = AuditSpec()
+    for part in path.removeprefix("spec.audit.").split("."):
+        alias = {info.alias: name for name, info in type(node).model_fields.items()}[part]
+        node = getattr(node, alias)
+    assert node == getattr(Thresholds(), check.threshold)
+
+
+def test_each_spec_audit_threshold_description_names_its_check() -> None:
+    fields = dict(AuditSpec.model_fields)
+    for group in ("prompts", "completions", "tokens"):
+        fields.update(AuditSpec.model_fields[group].annotation.model_fields)  # type: ignore[union-attr]
+    for name in _threshold_fields():
+        assert f"Check: {check_of(name)}" in (fields[name].description or ""), name
+
+
+def test_the_audit_gates_doc_maps_every_check_to_its_spec_field() -> None:
+    text = DOCS.read_text()
+    for check in CHECKS:
+        row = f"| `{check.name}` | `{threshold_field_path(check.threshold_field)}` |"
+        assert row in text, row
+
+
+def test_a_violation_reports_its_threshold_field() -> None:
+    stub = next(c for c in CHECKS if c.name == "stub_rate")
+    violation = build_violation(stub, 0.87, 0.05, True, {"openorca": 0.87})
+    assert violation.to_dict()["thresholdField"] == "maxStubRate"

@@ -83,6 +83,28 @@ def test_the_gate_verdict_comes_from_the_result_else_from_the_exit_code(
         assert (result.observed_generation, result.attempt) == (4, 2)
 
 
+def test_a_violation_names_the_spec_field_that_sets_its_threshold() -> None:
+    message = json.dumps(
+        {
+            "verdict": "fail",
+            "violations": [
+                {"check": "truncation_rate", "thresholdField": "maxTruncationRate", "value": 0.4},
+                {"check": "stub_rate", "thresholdField": "maxStubRate", "value": 0.9},
+                {"check": "future_check", "thresholdField": "maxFuture", "value": 1},
+            ],
+        }
+    )
+    result = build_audit_result(
+        Gate.COMPLETIONS, [pod("a", message, 3)], job_ok=False, generation=1, attempt=1, now=NOW
+    )
+    assert result is not None
+    assert [v.threshold_field for v in result.violations or []] == [
+        "spec.audit.completions.maxTruncationRate",
+        "spec.audit.maxStubRate",
+        None,
+    ]
+
+
 def test_violations_that_do_not_parse_are_skipped_not_fatal() -> None:
     message = json.dumps(
         {
@@ -101,27 +123,41 @@ def test_violations_that_do_not_parse_are_skipped_not_fatal() -> None:
     [
         (
             AuditViolation(
-                check="maxStubRate",
+                check="stub_rate",
                 value=0.871,
                 threshold=0.05,
-                message="stub responses 87.1% > 5%",
+                message="stub_rate: 87.1% of samples are stubs (above the limit 5.0%)",
+                threshold_field="spec.audit.maxStubRate",
             ),
-            "stub responses 87.1% > 5%",
+            "stub_rate: 87.1% of samples are stubs (above the limit 5.0%) [spec.audit.maxStubRate]",
         ),
         (
-            AuditViolation(check="maxStubRate", value=0.871, threshold=0.05),
-            "maxStubRate: 87.1% > 5%",
+            AuditViolation(
+                check="stub_rate", value=0.871, threshold=0.05,
+                threshold_field="spec.audit.maxStubRate",
+            ),
+            "stub_rate: 87.1% > 5% [spec.audit.maxStubRate]",
         ),
         (
-            AuditViolation(check="minSupervisedTokens", value=12, threshold=1000),
-            "minSupervisedTokens: 12 < 1000",
+            AuditViolation(
+                check="supervised_tokens", value=12, threshold=1000,
+                threshold_field="spec.audit.tokens.minSupervisedTokens",
+            ),
+            "supervised_tokens: 12 < 1000 [spec.audit.tokens.minSupervisedTokens]",
         ),
         (
-            AuditViolation(check="minSupervisedFraction", value=0.01, threshold=0.05),
-            "minSupervisedFraction: 1% < 5%",
+            AuditViolation(
+                check="supervised_fraction", value=0.01, threshold=0.05,
+                threshold_field="spec.audit.tokens.minSupervisedFraction",
+            ),
+            "supervised_fraction: 1% < 5% [spec.audit.tokens.minSupervisedFraction]",
+        ),
+        (
+            AuditViolation(check="stub_rate", value=0.871, threshold=0.05),
+            "stub_rate: 87.1% > 5%",
         ),
     ],
-)
+)  # fmt: skip
 def test_a_violation_reads_as_value_against_threshold(violation: AuditViolation, text: str) -> None:
     assert describe_violation(violation) == text
 

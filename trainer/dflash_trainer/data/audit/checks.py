@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic.alias_generators import to_camel
+
 from dflash_trainer.data.audit.metrics import GateMetrics
 from dflash_trainer.data.audit.thresholds import Thresholds
 
@@ -19,11 +21,18 @@ MAX_NAMED_SOURCES = 8
 class Check:
     name: str
     gate: str
-    threshold: str  # a Thresholds field
+    threshold: (
+        str  # a Thresholds field: `max_<name>` or `min_<name>` (`source_samples`: `min_samples`)
+    )
     kind: str  # "max": value must be <= threshold; "min": value must be >= threshold
     what: str  # completes "<value> of samples ..." in messages
     per_source: bool = True
     is_rate: bool = True
+
+    @property
+    def threshold_field(self) -> str:
+        """The threshold's name in thresholds.yaml and spec.audit, e.g. `maxStubRate`."""
+        return to_camel(self.threshold)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -76,10 +85,12 @@ class Violation:
     sources: list[str] = field(default_factory=list)
     per_source: dict[str, float] = field(default_factory=dict)
     severity: float = 0.0
+    threshold_field: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "check": self.check,
+            "thresholdField": self.threshold_field,
             "value": round(self.value, 6),
             "threshold": self.threshold,
             "message": self.message,
@@ -144,6 +155,7 @@ def build_violation(
         sources=[n for n, _ in ordered],
         per_source=dict(ordered),
         severity=severity,
+        threshold_field=check.threshold_field,
     )
 
 

@@ -156,6 +156,13 @@ class Thresholds(BaseModel):
     )
 
 
+# Fields that tune how checks measure rather than bound one check: every other field is the
+# threshold of exactly the check named after it (`maxStubRate` bounds `stub_rate`).
+SETTINGS = frozenset(
+    {"min_source_samples", "stub_tokens", "expect_thinking", "min_thinking_tokens"}
+)
+
+
 def parse_thresholds(data: Any, where: str) -> Thresholds:
     if data is None:
         return Thresholds()
