@@ -82,22 +82,21 @@ def build_prompt_sources(per_source: int, seed: int = 0) -> list[SourceFile]:
 
 
 def build_regenerated_rows(
-    count: int, stub_share: float, seed: int = 0, offset: int = 0
+    conversations: list[list[dict[str, Any]]], stub_share: float, seed: int = 0
 ) -> list[dict[str, Any]]:
     """`regenerated`-format rows: `stub_share` of them the incident's stub (empty thinking,
-    "OK."), the rest a real-looking reasoning trace and answer from the tiny corpus."""
-    from dflash_trainer.tiny.prompts import build_conversations
-
+    "OK."), the rest the conversation's reasoning trace and answer."""
     rng = random.Random(seed)  # noqa: S311 - deterministic demo data, not security
-    conversations = build_conversations(count + offset, seed)[offset:]
-    stubs = set(rng.sample(range(count), round(count * stub_share)))
+    stubs = set(rng.sample(range(len(conversations)), round(len(conversations) * stub_share)))
     rows = []
     for index, (user, assistant) in enumerate(conversations):
         stub = index in stubs
-        response = STUB_ANSWER if stub else assistant["content"]
-        reasoning = "" if stub else assistant["reasoning_content"]
-        row = {"prompt": user["content"], "response": response, "reasoning": reasoning}
-        row["finish_reason"] = "stop"
+        row: dict[str, Any] = {
+            "prompt": user["content"],
+            "response": STUB_ANSWER if stub else assistant["content"],
+            "reasoning": "" if stub else assistant["reasoning_content"],
+            "finish_reason": "stop",
+        }
         if stub:
             row["num_output_tokens"] = STUB_TOKENS
         rows.append(row)
@@ -106,17 +105,19 @@ def build_regenerated_rows(
 
 def build_broken_sources(per_source: int, seed: int = 0) -> list[SourceFile]:
     """The incident replayed: `openorca` (regenerated elsewhere, 87% stubs), `magicoder`
-    (regenerated elsewhere, healthy) and `questions` (prompts the target answers itself)."""
-    from dflash_trainer.tiny.prompts import build_prompts
+    (regenerated elsewhere, healthy) and `questions` (prompts the target answers itself);
+    distinct prompts throughout, so deduplication keeps every row."""
+    from dflash_trainer.tiny.prompts import build_conversations
 
-    broken = build_regenerated_rows(per_source, STUB_SHARE, seed)
-    healthy = build_regenerated_rows(per_source, 0.0, seed + 1, offset=per_source)
-    prompts = build_prompts(3 * per_source, seed + 2)[2 * per_source :]
+    conversations = build_conversations(3 * per_source, seed)
+    broken = build_regenerated_rows(conversations[:per_source], STUB_SHARE, seed)
+    healthy = build_regenerated_rows(conversations[per_source : 2 * per_source], 0.0, seed)
+    prompts = [{"prompt": conv[0]["content"]} for conv in conversations[2 * per_source :]]
     return [
         SourceFile("openorca", "data/openorca-regenerated.jsonl", "regenerated", _jsonl(broken)),
         SourceFile("magicoder", "data/magicoder-regenerated.jsonl", "regenerated", _jsonl(healthy)),
-        SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl({"prompt": p} for p in prompts)),
-    ]  # fmt: skip
+        SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl(prompts)),
+    ]
 
 
 def build_sources_spec(

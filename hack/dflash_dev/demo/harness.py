@@ -69,12 +69,17 @@ class DemoHarness:
         return process.wait_ready()
 
     def build_run(
-        self, name: str, files: list[assets.SourceFile] | None = None, **spec: Any
+        self,
+        name: str,
+        files: list[assets.SourceFile] | None = None,
+        per_source: int = PER_SOURCE,
+        **spec: Any,
     ) -> dict[str, Any]:
-        """The demo's DFlashRun at test size, in this test's bucket."""
-        files = files if files is not None else assets.build_prompt_sources(PER_SOURCE)
+        """The demo's DFlashRun at test size, in this test's bucket (`files`: its sources,
+        uploaded; default the demo's four prompt sources)."""
+        files = files if files is not None else assets.build_prompt_sources(per_source)
         self.upload(files)
-        sources = assets.build_sources_spec(files, manifest.EXAMPLE_BUCKET, PER_SOURCE)
+        sources = assets.build_sources_spec(files, manifest.EXAMPLE_BUCKET, per_source)
         body = manifest.deep_merge(SMALL_SPEC, spec)
         body = {k: v for k, v in body.items() if v is not None}
         run = manifest.build_run(
