@@ -49,6 +49,18 @@ def _layer_types(spec: DFlashRunSpec) -> list[str] | None:
     return ["sliding_attention"] * window.layers + ["full_attention"] * (layers - window.layers)
 
 
+def build_target_section(spec: DFlashRunSpec) -> dict[str, Any]:
+    """train.yaml / eval.yaml `target`: the model, its dtype and the Hub revision the data
+    stages used (`--revision`), so training and evaluation load the very same weights."""
+    section: dict[str, Any] = {
+        "path": to_local(spec.target.model),
+        "dtype": spec.target.dtype.value,
+    }
+    if spec.target.revision:
+        section["revision"] = spec.target.revision
+    return section
+
+
 def build_holdout_fraction(spec: DFlashRunSpec, samples: int | None) -> float:
     """Share of the training data kept out for evaluation: train.yaml `data.holdout_fraction`
     and eval.yaml `prompts.holdout_fraction`, which must agree (the same hash of the sample
@@ -83,7 +95,7 @@ def build_train_file(
     return {
         "run_root": run_root,
         "seed": training.seed,
-        "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
+        "target": build_target_section(spec),
         "drafter": drafter,
         "data": {
             "max_seq_len": spec.tokenization.max_seq_len,
@@ -133,7 +145,7 @@ def build_eval_file(
         prompts["holdout_fraction"] = build_holdout_fraction(spec, samples)
     return {
         "run_root": run_root,
-        "target": {"path": to_local(spec.target.model), "dtype": spec.target.dtype.value},
+        "target": build_target_section(spec),
         "drafter_uri": f"{run_root}/final",
         "prompts": prompts,
         "max_new_tokens": max(evaluation.max_new_tokens, MIN_EVAL_NEW_TOKENS),

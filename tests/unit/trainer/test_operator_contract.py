@@ -96,3 +96,14 @@ def test_no_hold_out_without_evaluation() -> None:
         TrainConfig.model_validate(build_train_file(spec, RUN_ROOT, 5000)).data.holdout_fraction
         == 0
     )
+
+
+def test_the_target_revision_the_data_stages_use_reaches_training_and_evaluation() -> None:
+    example = yaml.safe_load((EXAMPLES[0].parent / "qwen3-8b.yaml").read_text())["spec"]
+    example["target"]["revision"] = "3f2a9c1"
+    spec = DFlashRunSpec.model_validate(example)
+
+    train = TrainConfig.model_validate(build_train_file(spec, RUN_ROOT))
+    evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, on_gpus=True))
+
+    assert train.target.revision == evaluation.target.revision == "3f2a9c1"

@@ -105,7 +105,7 @@ def read_source_prompts(cfg: EvalConfig) -> list[list[int]]:
     if not cfg.target.path:
         raise DataError("prompts.source needs target.path: its tokenizer renders the prompts")
     try:
-        tokenizer = load_tokenizer(cfg.target.path)
+        tokenizer = load_tokenizer(cfg.target.path, cfg.target.revision)
         override = None
         if source.chat_template:
             override = store_for(source.chat_template).read_bytes(source.chat_template).decode()
@@ -206,6 +206,7 @@ def evaluate_vllm(cfg: EvalConfig, target_path: str) -> EvalReport:  # pragma: n
     drafter_path = str(fetch_model_folder(cfg.drafter, cache))
     llm = LLM(
         model=str(fetch_model_folder(target_path, cache)),
+        revision=cfg.target.revision,
         tensor_parallel_size=cfg.vllm.tensor_parallel_size,
         gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
         max_model_len=cfg.vllm.max_model_len,
@@ -250,5 +251,6 @@ def run_evaluation(cfg: EvalConfig) -> EvalReport:
         dtype=cfg.target.dtype,
         device=device,
         cache_dir=Path(cfg.target.cache_dir),
+        revision=cfg.target.revision,
     )
     return evaluate_builtin(cfg, target, device)

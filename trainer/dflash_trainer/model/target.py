@@ -102,7 +102,11 @@ def fetch_model_folder(uri: str, cache_dir: Path) -> Path:
 
 
 def load_pretrained_target(
-    path: str, dtype: torch.dtype, cache_dir: Path, device: torch.device
+    path: str,
+    dtype: torch.dtype,
+    cache_dir: Path,
+    device: torch.device,
+    revision: str | None = None,
 ) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
@@ -117,7 +121,7 @@ def load_pretrained_target(
         # Straight onto the GPU: 8 ranks of a node staging a 27B target in host RAM would not fit.
         device_map = {"": device} if device.type == "cuda" else None
         model: nn.Module = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=dtype, device_map=device_map
+            str(folder), dtype=dtype, device_map=device_map, revision=revision
         )
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -162,13 +166,14 @@ def load_target(
     dtype: str,
     device: torch.device,
     cache_dir: Path,
+    revision: str | None = None,
 ) -> TargetParts:
     """Load (or build) the target, frozen, on `device`. Exactly one of `path`/`config`."""
     torch_dtype = resolve_dtype(dtype, device)
     if (path is None) == (config is None):
         raise TargetError("set exactly one of target.path and target.config")
     if path is not None:
-        model = load_pretrained_target(path, torch_dtype, cache_dir, device)
+        model = load_pretrained_target(path, torch_dtype, cache_dir, device, revision)
     else:
         assert config is not None
         model = build_random_target(config, seed, torch_dtype)

@@ -27,6 +27,8 @@ class Section(BaseModel):
 
 class TargetSection(Section):
     path: str | None = None
+    # Hub revision (branch, tag or commit) of a Hub-id `path`: the one the data stages used.
+    revision: str | None = None
     config: dict[str, Any] | None = None
     init_seed: int = 0
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"

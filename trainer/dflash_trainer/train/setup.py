@@ -45,6 +45,7 @@ def build_target(section: TargetSection, device: torch.device) -> TargetParts:
         dtype=section.dtype,
         device=device,
         cache_dir=Path(section.cache_dir),
+        revision=section.revision,
     )
 
 
