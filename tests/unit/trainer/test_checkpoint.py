@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from dflash_trainer.storage import StorageError
 from dflash_trainer.train import checkpoint as ckpt
 
 
@@ -107,5 +108,5 @@ def test_a_failed_upload_is_a_warning_until_the_final_wait(
         with caplog.at_level(logging.WARNING):
             uploader.submit(folder, step)
     assert "a checkpoint upload failed" in caplog.text and "step 2 retries" in caplog.text
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="not-a-folder"):
         uploader.wait()
