@@ -15,7 +15,7 @@ from .config import HOST_IP
 from .context import Context
 from .env import PodFacts, resolve_env
 from .kube import Obj
-from .process import DEFAULT_PATH
+from .process import CONTAINER_ENV, DEFAULT_PATH
 from .sandbox import Sandbox, SandboxBuilder, sandbox_root, write_kubeconfig
 
 HTTPS_PORT = 443
@@ -73,6 +73,7 @@ def base_env(ctx: Context, pod: Obj, sandbox: Sandbox) -> dict[str, str]:
         "TMPDIR": str(sandbox.tmp),
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         "LANG": "C.UTF-8",
+        CONTAINER_ENV: str(sandbox.root),
         "KUBERNETES_SERVICE_HOST": server.hostname or HOST_IP,
         "KUBERNETES_SERVICE_PORT": port,
         "KUBERNETES_SERVICE_PORT_HTTPS": port,

@@ -25,6 +25,9 @@ from .errors import PodStartError
 
 log = logging.getLogger(__name__)
 
+# Every process of a container carries this in its environment (its sandbox root), so that the
+# whole container can be signalled, as a PID namespace would be.
+CONTAINER_ENV = "DFLASH_EXECUTOR_CONTAINER"
 PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 # Where images keep their interpreter; such a path means "the image's Python" here.
 IMAGE_PYTHON_DIRS = ("/usr/", "/opt/", "/bin/", "/venv/", "/app/")
@@ -102,18 +105,40 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def signal_group(pid: int, sig: signal.Signals) -> None:
+def container_pids(sandbox_root: str) -> list[int]:
+    """Live processes whose environment carries the container's marker (CONTAINER_ENV): its
+    processes, also those that left its process group. torchrun, for one, starts its workers
+    in new sessions; in a container they would still die with it (one PID namespace)."""
+    needle = f"\0{CONTAINER_ENV}={sandbox_root}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in b"\0" + environ:
+            found.append(int(entry.name))
+    return found
+
+
+def signal_group(pid: int, sig: signal.Signals, sandbox_root: str | None = None) -> None:
+    """`sig` to the process group, and with `sandbox_root` to every process of the container."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+    for other in container_pids(sandbox_root) if sandbox_root else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(other, sig)
 
 
-def stop(proc: subprocess.Popen[bytes], grace: float) -> int:
-    """SIGTERM the group, SIGKILL it after `grace` seconds; return the exit code."""
-    signal_group(proc.pid, signal.SIGTERM)
+def stop(proc: subprocess.Popen[bytes], grace: float, sandbox_root: str | None = None) -> int:
+    """SIGTERM the container's processes, SIGKILL them after `grace` seconds; the exit code."""
+    signal_group(proc.pid, signal.SIGTERM, sandbox_root)
     deadline = time.monotonic() + grace
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(WAIT_STEP_SECONDS)
-    signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL, sandbox_root)
     return exit_code(proc.wait())
 
 
@@ -141,7 +166,7 @@ def kill_pod(
     for process_file in sorted((state_dir / "pods" / namespace / pod).glob(f"*/{PROCESS_FILE}")):
         pid = _live_pid(process_file)
         if pid is not None:
-            signal_group(pid, sig)
+            signal_group(pid, sig, str(process_file.parent))
             return pid
     raise DevError(
         f"no running process for pod {namespace}/{pod} under {state_dir / 'pods'}: is it Running "
@@ -158,7 +183,7 @@ def kill_orphans(pods_dir: Path) -> int:
             log.warning(
                 "killing process group %d left by a previous executor (%s)", pid, process_file
             )
-            signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL, str(process_file.parent))
             killed += 1
         process_file.unlink(missing_ok=True)
     return killed

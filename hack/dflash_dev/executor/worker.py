@@ -249,13 +249,14 @@ class PodWorker:
             post_event(self.ctx.kube, self._pod, "Normal", "Started", started)
             interrupted = self._wait_for_exit(proc, sandbox)
         except BaseException:
-            process.stop(proc, 0)  # never leave a process that nobody watches
+            process.stop(proc, 0, str(sandbox.root))  # never leave a process nobody watches
             raise
         if interrupted:
-            self._kill(proc, started_at, cid)
+            self._kill(proc, started_at, cid, str(sandbox.root))
             return None
         code = process.exit_code(proc.returncode)
-        process.signal_group(proc.pid, signal.SIGKILL)  # what the command left behind
+        # What the command left behind dies with it, as in a container whose init exited.
+        process.signal_group(proc.pid, signal.SIGKILL, str(sandbox.root))
         message = self._message(sandbox, code, offset)  # before our note joins the log
         if not message and _mtime(HOST_TERMINATION_LOG) != host_log_before:
             warning = (
@@ -283,7 +284,9 @@ class PodWorker:
                     log.warning("pod %s: token refresh failed: %s", self.key, exc)
         return False
 
-    def _kill(self, proc: subprocess.Popen[bytes], started_at: str, cid: str) -> None:
+    def _kill(
+        self, proc: subprocess.Popen[bytes], started_at: str, cid: str, sandbox_root: str
+    ) -> None:
         """Deletion: SIGTERM, SIGKILL after the grace period, final status. Shutdown: shorter."""
         grace = self._grace_seconds()
         if self._stopping and not self._deleting:
@@ -297,7 +300,7 @@ class PodWorker:
                 f"Stopping container {self.container['name']}",
             )
         logs.note(self.log_file, f"stopping: SIGTERM, SIGKILL after {grace:g}s")
-        code = process.stop(proc, grace)
+        code = process.stop(proc, grace, sandbox_root)
         logs.note(self.log_file, f"stopped with code {code}")
         log.info("pod %s: stopped (exit %d)", self.key, code)
         if self._deleting and not self._gone and not self._stopping:

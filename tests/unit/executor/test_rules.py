@@ -3,15 +3,26 @@ $(VAR) expansion, Service names, the image's Python, taints, restart policy, log
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from dflash_dev.executor.addresses import parse_service_name
 from dflash_dev.executor.env import expand
+from dflash_dev.executor.errors import PodStartError
 from dflash_dev.executor.logs import FALLBACK_BYTES, FALLBACK_LINES, fallback_message
 from dflash_dev.executor.nodes import build_taints
-from dflash_dev.executor.errors import PodStartError
-from dflash_dev.executor.process import build_argv, is_image_python
+from dflash_dev.executor.process import (
+    CONTAINER_ENV,
+    build_argv,
+    container_pids,
+    is_image_python,
+    signal_group,
+)
 from dflash_dev.executor.sandbox import Sandbox
 from dflash_dev.executor.status import should_restart
 
@@ -150,3 +161,32 @@ def test_a_container_with_args_and_no_command_runs_its_args_as_an_image_without_
 def test_a_container_with_neither_command_nor_args_cannot_start() -> None:
     with pytest.raises(PodStartError, match="has no command"):
         build_argv({"name": "main"}, {}, Path("/venv/bin/python"), lambda part: part)
+
+
+def test_killing_a_container_also_kills_processes_that_left_its_process_group(
+    tmp_path: Path,
+) -> None:
+    # torchrun starts its workers in new sessions: a crash of the container must take them too.
+    marker = str(tmp_path / "sandbox")
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, CONTAINER_ENV: marker}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert os.getpgid(child) != os.getpgid(parent.pid)
+    assert sorted(container_pids(marker)) == sorted([parent.pid, child])
+
+    signal_group(parent.pid, signal.SIGKILL, marker)
+    assert parent.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while container_pids(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert container_pids(marker) == []
