@@ -16,8 +16,8 @@ from dflash_dev.kube_wait import get_json, wait_for
 from dflash_dev.pytest_plugin import ClusterHandle, S3Handle
 
 # Generous: 2 shared cores, and other people's tests run at the same time.
-RUN_TIMEOUT = 900.0
-PHASE_TIMEOUT = 600.0
+RUN_TIMEOUT = 540.0  # under pytest-timeout (600 s), so a failure shows the run's story
+PHASE_TIMEOUT = 420.0
 PER_SOURCE = 16  # x 4 sources: 64 prompts
 # The demo run at a test size: a few training steps, a short evaluation.
 SMALL_SPEC: dict[str, Any] = {
