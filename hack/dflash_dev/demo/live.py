@@ -68,15 +68,22 @@ def build_rows(status: dict[str, Any]) -> list[tuple[str, float | None, float | 
         text = f"shards {regen.get('shardsDone', 0)}/{regen.get('shardsTotal', '?')}"
         text += f", {done}/{total or '?'} samples, {regen.get('outputTokens', 0)} tokens"
         rows.append(("regenerate", done, total or None, text))
-    for gate, result in (status.get("audit") or {}).items():
-        verdict = result.get("verdict", "?")
-        approved = " (approved)" if result.get("approved") else ""
-        rows.append((f"audit {gate}", None, None, f"{verdict}{approved}"))
+    audit = status.get("audit") or {}
+
+    def gate_row(gate: str) -> None:
+        result = audit.get(gate)
+        if result:
+            approved = " (approved)" if result.get("approved") else ""
+            rows.append((f"audit {gate}", None, None, f"{result.get('verdict', '?')}{approved}"))
+
+    gate_row("prompts")
+    gate_row("completions")
     tokenized = (status.get("stages") or {}).get("tokenization") or {}
     if tokenized:
         text = f"{tokenized.get('samples', 0)} samples, {tokenized.get('tokens', 0)} tokens"
         text += f" ({tokenized.get('supervisedTokens', 0)} supervised)"
         rows.append(("tokenize", None, None, text))
+    gate_row("tokens")
     training = status.get("training") or {}
     if training:
         step, total = training.get("step", 0), training.get("totalSteps") or 0
@@ -109,9 +116,10 @@ def render(name: str, status: dict[str, Any], timeline: Timeline) -> Group:
         f"  {timeline.total:.0f}s",
     )  # fmt: skip
     steps = Text("  ")
-    for step in PIPELINE:
-        style = "green" if step in timeline.phases and step != phase else "dim"
-        steps.append(step, "bold yellow" if step == phase else style)
+    reached = PIPELINE.index(phase) if phase in PIPELINE else -1
+    for index, step in enumerate(PIPELINE):
+        done = index < reached or (step in timeline.phases and step != phase)
+        steps.append(step, "bold yellow" if step == phase else "green" if done else "dim")
         steps.append(" > " if step != PIPELINE[-1] else "")
     table = Table.grid(padding=(0, 2))
     for label, done, total, text in build_rows(status):
@@ -124,6 +132,8 @@ def render(name: str, status: dict[str, Any], timeline: Timeline) -> Group:
 def _line(status: dict[str, Any]) -> str:
     parts = [status.get("phase", "Pending"), status.get("progress") or ""]
     training = status.get("training") or {}
+    if training.get("totalSteps") and status.get("phase") == "Training":
+        parts.append(f"step {training.get('step', 0)}/{training['totalSteps']}")
     if training.get("loss") is not None:
         parts.append(f"loss {training['loss']:.3f}")
     return "  ".join(p for p in parts if p)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from dflash_dev.demo import assets, environment, manifest
+from dflash_dev.demo.live import build_rows
 from dflash_operator.api import parse_run
 from dflash_trainer.data.ingest import SourceStats, iter_source
 from dflash_trainer.data.sources import SourceFormat, SourceSpec
@@ -94,3 +95,28 @@ def test_the_example_names_exactly_the_sources_the_demo_uploads() -> None:
         assets.build_prompt_sources(64), manifest.EXAMPLE_BUCKET, 64
     )
     assert example["spec"]["data"]["sources"] == uploaded
+
+
+def test_the_live_view_lists_the_stages_in_pipeline_order_with_training_progress() -> None:
+    status = {
+        "phase": "Training",
+        "stages": {
+            "regeneration": {"samples": 8, "samplesTotal": 8},
+            "tokenization": {"samples": 8},
+        },
+        "audit": {
+            "tokens": {"verdict": "pass"},
+            "completions": {"verdict": "fail", "approved": True},
+        },
+        "training": {"step": 3, "totalSteps": 12, "loss": 2.5},
+    }
+    rows = build_rows(status)
+    assert [label for label, *_ in rows] == [
+        "regenerate",
+        "audit completions",
+        "tokenize",
+        "audit tokens",
+        "train",
+    ]
+    assert rows[1][3] == "fail (approved)"
+    assert rows[-1][1:3] == (3, 12)
