@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -135,12 +136,18 @@ def tiny_target_dir(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STEPS)
     return cache_root() / "demo" / f"tiny-qwen3-l{layers}-t{teach_steps}-r{TARGET_RECIPE}"
 
 
+def _is_complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "dflash_tiny.json").is_file()
+
+
 def ensure_tiny_target(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STEPS) -> Path:
     """Build the tiny target once per recipe (about a minute on 2 cores), then reuse it."""
     out = tiny_target_dir(layers, teach_steps)
-    if (out / "model.safetensors").is_file() and (out / "dflash_tiny.json").is_file():
+    if _is_complete(out):
         return out
-    partial = out.with_name(out.name + ".partial")
+    # A private folder per process, renamed into place: two sessions building at once (two
+    # test runs on one machine) never see each other's half-written model.
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -149,11 +156,16 @@ def ensure_tiny_target(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STE
     ]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
     if result.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
         raise DevError(
             f"building the tiny target failed ({' '.join(argv[1:])}):\n{result.stderr[-2000:]}"
         )
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)
+    if out.exists() and not _is_complete(out):
+        shutil.rmtree(out, ignore_errors=True)  # a broken leftover, never a build in progress
+    try:
+        partial.rename(out)
+    except OSError:  # another process finished first: use its copy
+        shutil.rmtree(partial, ignore_errors=True)
     return out
 
 
