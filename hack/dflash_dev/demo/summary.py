@@ -108,6 +108,13 @@ def print_audit_failure(
         )
 
 
+def _rounded(value: Any) -> Any:
+    """Numbers to 2 decimals (lists too), for reading; None stays None."""
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:.2f}" for v in value) + "]"
+    return f"{value:.2f}" if isinstance(value, float) else value
+
+
 def print_success(
     console: Console, run: dict[str, Any], timeline: Timeline, namespace: str, kubeconfig: Path
 ) -> None:
@@ -123,8 +130,8 @@ def print_success(
     evaluation = (status.get("stages") or {}).get("evaluation") or {}
     facts = [
         ("drafter (servable)", status.get("drafterUri")),
-        ("acceptance length", status.get("acceptanceLength")),
-        ("per-position acceptance", evaluation.get("perPositionAcceptance")),
+        ("acceptance length", _rounded(status.get("acceptanceLength"))),
+        ("per-position acceptance", _rounded(evaluation.get("perPositionAcceptance"))),
         (
             "training",
             f"{training.get('step')} steps, final loss {training.get('loss')}"
