@@ -48,7 +48,8 @@ def audit_result(gate: Gate, verdict: Verdict) -> AuditResult:
         approved=verdict is Verdict.FAIL,
         violations=[
             AuditViolation(
-                check="maxStubRate",
+                check="stub_rate",
+                threshold_field="spec.audit.maxStubRate",
                 value=0.87,
                 threshold=0.05,
                 message="87% of answers have fewer than 16 tokens",
