@@ -63,6 +63,22 @@ def base_spec(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
+# Each stage's child (name suffix) -> the phase the run is in while it runs, in pipeline order,
+# and the result a successful pod of that stage reports (what real stage pods write).
+STAGE_PHASES = {
+    "regen": "Regenerating", "audit-completions": "AuditingCompletions", "tokenize": "Tokenizing",
+    "audit-tokens": "AuditingTokens", "train": "Training", "eval": "Evaluating",
+}  # fmt: skip
+STAGE_RESULTS: dict[str, dict[str, Any]] = {
+    "regen": {"stage": "regenerate", "ok": True, "samples": 100, "outputTokens": 5000},
+    "audit-completions": {"stage": "audit", "ok": True, "verdict": "pass"},
+    "tokenize": {"stage": "tokenize", "ok": True, "samples": 200, "tokens": 90000},
+    "audit-tokens": {"stage": "audit", "ok": True, "verdict": "pass"},
+    "train": {"stage": "train", "ok": True, "finalUri": "s3://artifacts/final/"},
+    "eval": {"stage": "evaluate", "ok": True, "acceptanceLength": 5.5},
+}
+
+
 @dataclass
 class Harness:
     cluster: ClusterHandle
@@ -71,6 +87,8 @@ class Harness:
     operator_kubeconfig: Path
     pools: dict[str, Any] = field(default_factory=held_pools)
     operators: list[operator_local.OperatorProcess] = field(default_factory=list)
+    stage_phases: dict[str, str] = field(default_factory=lambda: dict(STAGE_PHASES))
+    stage_results: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(STAGE_RESULTS))
 
     # --- the operator ----------------------------------------------------------------------------
     @property

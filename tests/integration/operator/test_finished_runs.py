@@ -8,31 +8,18 @@ from typing import Any
 
 from dflash_dev.kube_wait import get_json, wait_for
 
-STAGE_PHASES = {
-    "regen": "Regenerating", "audit-completions": "AuditingCompletions", "tokenize": "Tokenizing",
-    "audit-tokens": "AuditingTokens", "train": "Training", "eval": "Evaluating",
-}  # fmt: skip
-RESULTS: dict[str, dict[str, Any]] = {
-    "regen": {"stage": "regenerate", "ok": True, "samples": 100, "outputTokens": 5000},
-    "audit-completions": {"stage": "audit", "ok": True, "verdict": "pass"},
-    "tokenize": {"stage": "tokenize", "ok": True, "samples": 200, "tokens": 90000},
-    "audit-tokens": {"stage": "audit", "ok": True, "verdict": "pass"},
-    "train": {"stage": "train", "ok": True, "finalUri": "s3://artifacts/final/"},
-    "eval": {"stage": "evaluate", "ok": True, "acceptanceLength": 5.5},
-}
-
 
 def run_to_success(harness: Any, spec: dict[str, Any]) -> dict[str, Any]:
     """Apply the run and play the kubelet stage by stage until it succeeded."""
     harness.apply_run("r1", spec)
-    for stage, phase in STAGE_PHASES.items():
+    for stage, phase in harness.stage_phases.items():
         harness.wait_phase("r1", phase)
         count = {"regen": 2, "train": 2}.get(stage, 1)
         pods = harness.running_pods(f"r1-{stage}", count)
         # PyTorchJob: workers first; the job is over once its Master succeeded.
         pods.sort(key=lambda p: "master" in p["metadata"]["name"])
         for pod in pods:
-            harness.finish_pod(pod, RESULTS[stage])
+            harness.finish_pod(pod, harness.stage_results[stage])
     return harness.wait_phase("r1", "Succeeded")
 
 

@@ -14,18 +14,6 @@ from dflash_dev.kube_wait import get_json
 from dflash_operator.runtime.faults import ENV as FAULT_ENV
 from dflash_operator.runtime.faults import KILLED_EXIT_CODE
 
-STAGE_PHASES = {
-    "regen": "Regenerating", "audit-completions": "AuditingCompletions", "tokenize": "Tokenizing",
-    "audit-tokens": "AuditingTokens", "train": "Training", "eval": "Evaluating",
-}  # fmt: skip
-RESULTS: dict[str, dict[str, Any]] = {
-    "regen": {"stage": "regenerate", "ok": True, "samples": 100, "outputTokens": 5000},
-    "audit-completions": {"stage": "audit", "ok": True, "verdict": "pass"},
-    "tokenize": {"stage": "tokenize", "ok": True, "samples": 200, "tokens": 90000},
-    "audit-tokens": {"stage": "audit", "ok": True, "verdict": "pass"},
-    "train": {"stage": "train", "ok": True, "finalUri": "s3://artifacts/final/"},
-    "eval": {"stage": "evaluate", "ok": True, "acceptanceLength": 5.5},
-}
 # In pipeline order; each is reached by the operator started right after the previous died.
 FAULT_POINTS = (
     "after-apply-config",
@@ -55,7 +43,7 @@ def drive(harness: Any) -> int:
     Returns how many pods it ended."""
     ended = 0
     phase = harness.status("r1").get("phase")
-    for stage, stage_phase in STAGE_PHASES.items():
+    for stage, stage_phase in harness.stage_phases.items():
         if phase != stage_phase:
             continue
         pods = [
@@ -71,7 +59,7 @@ def drive(harness: Any) -> int:
             )
         )
         for pod in pods:
-            harness.finish_pod(pod, RESULTS[stage])
+            harness.finish_pod(pod, harness.stage_results[stage])
             ended += 1
     return ended
 
@@ -80,7 +68,7 @@ def assert_one_child_per_stage(harness: Any) -> None:
     status = harness.wait_phase("r1", "Succeeded")
     assert harness.names("jobs") == EXPECTED_JOBS
     assert harness.names("pytorchjobs") == ["r1-train"]
-    assert status["attempts"] == dict.fromkeys(STAGE_PHASES, 1)
+    assert status["attempts"] == dict.fromkeys(harness.stage_phases, 1)
     assert status["acceptanceLength"] == 5.5
     live = {}
     for kind in ("jobs", "pytorchjobs", "configmaps", "serviceaccounts", "roles", "rolebindings"):
@@ -143,5 +131,5 @@ def test_sigkills_at_random_moments_converge_to_the_same_result(
             harness.start_operator(ready=False)
             next_kill = time.monotonic() + rng.uniform(0.5, 3.0)
         time.sleep(0.2)
-    assert kills >= len(STAGE_PHASES)
+    assert kills >= len(harness.stage_phases)
     assert_one_child_per_stage(harness)
