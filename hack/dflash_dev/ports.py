@@ -7,7 +7,8 @@ import socket
 
 def free_port(avoid: set[int] | None = None) -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (and not in `avoid`)."""
-    avoid = avoid or set()
+    if avoid is None:  # not `avoid or set()`: an empty set passed in must collect the ports
+        avoid = set()
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))

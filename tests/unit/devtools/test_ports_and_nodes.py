@@ -19,6 +19,13 @@ def test_a_busy_port_is_never_handed_out() -> None:
         assert is_listening(taken)
 
 
+def test_free_ports_records_every_port_in_the_set_it_is_given() -> None:
+    taken: set[int] = set()
+    first = free_port(taken)
+    second = free_port(taken)
+    assert taken == {first, second}
+
+
 def test_free_port_leaves_room_for_a_grpc_port_above_it() -> None:
     assert free_port() + 10000 < 65535
 
