@@ -31,6 +31,13 @@ def test_speculative_output_equals_greedy_output_token_for_token(
     taps.remove()
 
 
+def untrained_drafter_and_taps(target: TargetParts) -> tuple[DFlashDrafter, TargetTaps]:
+    """A 1-layer, block-4 drafter with seeded random weights, and taps on its target layers."""
+    cfg = build_drafter_config(target.config, num_layers=1, block_size=4, mask_token_id=511)
+    torch.manual_seed(0)
+    return DFlashDrafter(cfg).eval(), TargetTaps(target, cfg.target_layer_ids)
+
+
 def test_acceptance_is_pooled_over_rounds_and_per_position_never_increases() -> None:
     stats = AcceptanceStats(block_size=4)
     stats.add(SpecOutput(tokens=[0] * 7, accepted=[3, 0, 1], produced=[4, 1, 2]))
@@ -54,10 +61,7 @@ def test_a_stop_token_ends_generation_right_after_it(tiny_qwen3: TargetParts) ->
 def test_sampled_speculative_decoding_at_a_tiny_temperature_equals_greedy_decoding(
     tiny_qwen3: TargetParts,
 ) -> None:
-    cfg = build_drafter_config(tiny_qwen3.config, num_layers=1, block_size=4, mask_token_id=511)
-    torch.manual_seed(0)
-    drafter = DFlashDrafter(cfg).eval()
-    taps = TargetTaps(tiny_qwen3, cfg.target_layer_ids)
+    drafter, taps = untrained_drafter_and_taps(tiny_qwen3)
     prompt = torch.randint(0, 511, (1, 6), generator=torch.Generator().manual_seed(3))
     out = speculative_generate(
         tiny_qwen3, taps, drafter, prompt[0].tolist(), 12,
@@ -70,10 +74,7 @@ def test_sampled_speculative_decoding_at_a_tiny_temperature_equals_greedy_decodi
 def test_sampled_speculative_decoding_is_reproducible_per_seed_and_varies_across_seeds(
     tiny_qwen3: TargetParts,
 ) -> None:
-    cfg = build_drafter_config(tiny_qwen3.config, num_layers=1, block_size=4, mask_token_id=511)
-    torch.manual_seed(0)
-    drafter = DFlashDrafter(cfg).eval()
-    taps = TargetTaps(tiny_qwen3, cfg.target_layer_ids)
+    drafter, taps = untrained_drafter_and_taps(tiny_qwen3)
     prompt = [5, 17, 230, 41, 99, 7]
 
     def run(seed: int) -> list[int]:
