@@ -112,4 +112,10 @@ def test_raised_thresholds_remove_exactly_those_checks_from_the_violations(tmp_p
     )
     assert code == 3
     assert report["thresholds"]["maxStubRate"] == 0.9
-    assert set(violations(report)) == {"loss_mask_mode_share", "no_anchor_rate"}
+    assert set(violations(report)) == {
+        "loss_mask_mode_share",
+        "no_anchor_rate",
+        "duplicate_completion_rate",
+        "completion_tokens_p10",
+        "completion_tokens_p50",
+    }

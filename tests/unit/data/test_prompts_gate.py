@@ -12,10 +12,10 @@ from dflash_trainer.tiny.prompts import build_prompt_records
 
 def write_sources(tmp_path: Path) -> Path:
     short = tmp_path / "short.jsonl"
-    short.write_text("".join(json.dumps(r) + "\n" for r in build_prompt_records(40)))
+    short.write_text("".join(json.dumps(r) + "\n" for r in build_prompt_records(60)))
     long = tmp_path / "long.jsonl"
     text = "Explain every detail of binary search, step by step, with examples. " * 8
-    long.write_text("".join(json.dumps({"prompt": f"{i}: {text}"}) + "\n" for i in range(30)))
+    long.write_text("".join(json.dumps({"prompt": f"{i}: {text}"}) + "\n" for i in range(60)))
     sources = tmp_path / "sources.yaml"
     sources.write_text(
         f"sources:\n- {{name: short, uri: {short}, format: openai-messages}}\n"
@@ -39,7 +39,7 @@ def test_clean_sources_pass_and_the_report_goes_under_the_run_root(tmp_path: Pat
     )
     report = json.loads((run_root / "audit" / "prompts" / "report.json").read_text())
     assert code == 0, report["violations"]
-    assert report["gate"] == "prompts" and report["sources"]["short"]["samples"] == 40
+    assert report["gate"] == "prompts" and report["sources"]["short"]["samples"] == 60
     assert "overlong_prompt_rate" in report["skippedChecks"]
 
 

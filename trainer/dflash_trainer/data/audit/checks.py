@@ -1,7 +1,9 @@
 """The checks of each gate and the verdict: which metric, which threshold, which direction.
 
 A check fails on the overall value or on any source with enough samples; the violation names
-the value, the limit and the offending sources, most severe first.
+the value, the limit and the offending sources (each with its own value), most severe first.
+Rates and quantile floors are judged with a one-sided Wilson bound (`stats`): a value across
+the limit that is within sampling noise is reported as marginal, not as a violation.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-from dflash_trainer.data.audit.metrics import GateMetrics
+from dflash_trainer.data.audit.metrics import GateMetrics, GroupMetrics
+from dflash_trainer.data.audit.stats import is_rate_above
 from dflash_trainer.data.audit.thresholds import Thresholds
 
 MAX_NAMED_SOURCES = 8
@@ -28,6 +31,8 @@ class Check:
     what: str  # completes "<value> of samples ..." in messages
     per_source: bool = True
     is_rate: bool = True
+    # Quantile floors: the share of rows below the floor must not exceed this quantile.
+    quantile: float | None = None
 
     @property
     def threshold_field(self) -> str:
@@ -46,7 +51,26 @@ CHECKS: tuple[Check, ...] = (
           "of prompts leave the engine too little context"),
     Check("source_samples", "prompts", "min_samples", "min", "usable prompts in a source",
           True, False),
+    # completions and tokens
+    Check("near_empty_thinking_rate", "*", "max_near_empty_thinking_rate", "max",
+          "of samples have near-empty thinking"),
+    Check("completion_tokens_p10", "*", "min_completion_tokens_p10", "min",
+          "generated tokens at the 10th percentile", is_rate=False, quantile=0.10),
+    Check("completion_tokens_p50", "*", "min_completion_tokens_p50", "min",
+          "generated tokens at the median", is_rate=False, quantile=0.50),
+    Check("thinking_tokens_p10", "*", "min_thinking_tokens_p10", "min",
+          "reasoning tokens at the 10th percentile", is_rate=False, quantile=0.10),
+    Check("thinking_tokens_p50", "*", "min_thinking_tokens_p50", "min",
+          "reasoning tokens at the median", is_rate=False, quantile=0.50),
+    Check("duplicate_completion_rate", "*", "max_duplicate_completion_rate", "max",
+          "of completions repeat an earlier one"),
+    Check("repetition_rate", "*", "max_repetition_rate", "max",
+          "of completions are repetition loops"),
     # completions
+    Check("silent_truncation_rate", "completions", "max_silent_truncation_rate", "max",
+          "of completions look cut without saying so"),
+    Check("wrong_language_rate", "completions", "max_wrong_language_rate", "max",
+          "of answers are in another script than their prompt"),
     Check("empty_response_rate", "completions", "max_empty_response_rate", "max",
           "of answers are empty"),
     Check("empty_thinking_rate", "*", "max_empty_thinking_rate", "max",
@@ -73,6 +97,8 @@ CHECKS: tuple[Check, ...] = (
           "supervised tokens in the dataset", False, False),
     Check("drift_rate", "tokens", "max_drift_rate", "max",
           "of answers re-tokenize differently from the engine's ids"),
+    Check("mask_error_rate", "tokens", "max_mask_error_rate", "max",
+          "of samples supervise more than the assistant's answer"),
 )  # fmt: skip
 
 
@@ -86,8 +112,17 @@ class Violation:
     per_source: dict[str, float] = field(default_factory=dict)
     severity: float = 0.0
     threshold_field: str = ""
+    overall_bad: bool = True
+
+    @property
+    def worst(self) -> tuple[str | None, float]:
+        """(source, value) to quote: the worst source when only sources fail, else overall."""
+        if self.overall_bad or not self.sources:
+            return None, self.value
+        return self.sources[0], self.per_source[self.sources[0]]
 
     def to_dict(self) -> dict[str, Any]:
+        worst_source, worst_value = self.worst
         return {
             "check": self.check,
             "thresholdField": self.threshold_field,
@@ -96,6 +131,8 @@ class Violation:
             "message": self.message,
             "sources": self.sources,
             "perSource": {k: round(v, 6) for k, v in self.per_source.items()},
+            "worstSource": worst_source,
+            "worstValue": round(worst_value, 6),
         }
 
 
@@ -106,6 +143,8 @@ class Verdict:
     violations: list[Violation]
     evaluated: list[str]
     skipped: list[str]
+    # Values across a limit that the bound does not confirm: reported, not failed.
+    marginal: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -125,8 +164,11 @@ def fmt_value(check: Check, value: float) -> str:
 
 
 def _severity(check: Check, value: float, limit: float) -> float:
+    """How far past its limit a value is, as a factor (the report sorts by it)."""
     if check.kind == "max":
         return value / limit if limit > 0 else float("inf")
+    if check.quantile is not None:  # token counts: 0 tokens is as bad as 1
+        return limit / max(value, 1.0)
     return limit / value if value > 0 else float("inf")
 
 
@@ -134,15 +176,24 @@ def build_violation(
     check: Check, value: float, limit: float, overall_bad: bool, bad_sources: dict[str, float]
 ) -> Violation:
     ordered = sorted(bad_sources.items(), key=lambda kv: kv[1], reverse=check.kind == "max")
-    relation = "above" if check.kind == "max" else "below"
-    if overall_bad:
-        head = f"{check.name}: {fmt_value(check, value)} {check.what} ({relation} the limit {fmt_value(check, limit)})"
+    relation = "above the limit" if check.kind == "max" else "below the floor"
+    if overall_bad or not ordered:
+        head = f"{check.name}: {fmt_value(check, value)} {check.what} ({relation} {fmt_value(check, limit)})"
+        named = ordered
+        label = "sources"
     else:
-        head = f"{check.name}: {len(ordered)} source(s) {relation} the limit {fmt_value(check, limit)} (overall {fmt_value(check, value)})"
-    if ordered:
-        named = ", ".join(f"{n} {fmt_value(check, v)}" for n, v in ordered[:MAX_NAMED_SOURCES])
-        more = len(ordered) - MAX_NAMED_SOURCES
-        head += f"; sources: {named}" + (f" and {more} more" if more > 0 else "")
+        # Quote the failing source's own value: the overall one may well be within the limit.
+        worst, worst_value = ordered[0]
+        head = (
+            f"{check.name}: {fmt_value(check, worst_value)} {check.what} in {worst} ({relation} "
+            f"{fmt_value(check, limit)}; overall {fmt_value(check, value)})"
+        )
+        named = ordered[1:]
+        label = "also"
+    if named:
+        shown = ", ".join(f"{n} {fmt_value(check, v)}" for n, v in named[:MAX_NAMED_SOURCES])
+        more = len(named) - MAX_NAMED_SOURCES
+        head += f"; {label}: {shown}" + (f" and {more} more" if more > 0 else "")
     severity = max(
         [_severity(check, value, limit)]
         + [_severity(check, v, limit) for v in bad_sources.values()]
@@ -156,7 +207,24 @@ def build_violation(
         per_source=dict(ordered),
         severity=severity,
         threshold_field=check.threshold_field,
+        overall_bad=overall_bad,
     )
+
+
+def is_confidently_violated(check: Check, group: GroupMetrics, limit: float) -> bool | None:
+    """Whether `group` breaks `check` beyond sampling noise; None when the point value is fine."""
+    value = group.values.get(check.name)
+    if value is None or not is_violated(check, value, limit):
+        return None
+    counts = group.counts.get(check.name)
+    if counts is None:
+        return True  # a total or a token fraction: no sampling noise to allow for
+    events, trials = counts
+    if check.quantile is not None:
+        return is_rate_above(events, trials, check.quantile)
+    if check.kind == "max":
+        return is_rate_above(events, trials, limit)
+    return True
 
 
 def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
@@ -164,6 +232,7 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
     violations: list[Violation] = []
     evaluated: list[str] = []
     skipped: list[str] = []
+    marginal: list[str] = []
     for check in checks_for(metrics.gate):
         if check.name not in metrics.overall.values:
             skipped.append(check.name)
@@ -171,16 +240,24 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
         evaluated.append(check.name)
         limit = float(getattr(thresholds, check.threshold))
         value = metrics.overall.values[check.name]
-        overall_bad = is_violated(check, value, limit)
+        judged = is_confidently_violated(check, metrics.overall, limit)
+        overall_bad = bool(judged)
+        if judged is False:
+            marginal.append(f"{check.name}: overall {fmt_value(check, value)} (within noise)")
         bad_sources: dict[str, float] = {}
         if check.per_source:
             for name, group in metrics.sources.items():
                 if group.samples < thresholds.min_source_samples and check.name != "source_samples":
                     continue
-                src_value = group.values.get(check.name)
-                if src_value is not None and is_violated(check, src_value, limit):
-                    bad_sources[name] = src_value
+                src_judged = is_confidently_violated(check, group, limit)
+                if src_judged:
+                    bad_sources[name] = group.values[check.name]
+                elif src_judged is False:
+                    marginal.append(
+                        f"{check.name}: {name} {fmt_value(check, group.values[check.name])} "
+                        f"on {group.samples:,} samples (within noise)"
+                    )
         if overall_bad or bad_sources:
             violations.append(build_violation(check, value, limit, overall_bad, bad_sources))
     violations.sort(key=lambda v: v.severity, reverse=True)
-    return Verdict(metrics.gate, not violations, violations, evaluated, skipped)
+    return Verdict(metrics.gate, not violations, violations, evaluated, skipped, marginal)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_trainer.data.audit.checks import Verdict, evaluate
+from dflash_trainer.data.audit.completion_features import CompletionSettings
 from dflash_trainer.data.audit.dataset import (
     COMPLETIONS_COLUMNS,
     TOKENIZED_MANIFEST,
@@ -29,6 +30,7 @@ from dflash_trainer.data.audit.prompts_gate import run_prompts_gate
 from dflash_trainer.data.audit.report import AuditReport, build_plots, write_report
 from dflash_trainer.data.audit.summary import build_console_summary, build_stage_payload
 from dflash_trainer.data.audit.thresholds import Thresholds, load_thresholds
+from dflash_trainer.data.audit.vocab import VocabInfo
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.stage_result import (
     EXIT_BAD_INPUT,
@@ -41,6 +43,10 @@ from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for
 
 GATES = ("prompts", "completions", "tokens")
+TOKENS_BATCH_ROWS = 16384
+# Completions carry their text and ids (thousands of tokens a row): smaller batches keep the
+# per-batch n-gram sort and text buffers well under the memory budget.
+COMPLETIONS_BATCH_ROWS = 2048
 RUN_ROOT_INPUT = {"completions": "regen", "tokens": "tokenized"}
 
 
@@ -88,12 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
         dest="max_tokens",
         type=int,
         default=0,
-        help="prompts gate: room reserved for the answer",
+        help="the generation limit (spec.regeneration.maxNewTokens): prompts gate, room kept "
+        "for the answer; completions gate, answers at it were cut (silent truncation)",
     )
     p.add_argument(
         "--no-thinking", action="store_true", help="answers were generated with thinking off"
     )
-    p.add_argument("--batch-rows", type=int, default=16384)
+    p.add_argument(
+        "--batch-rows",
+        type=int,
+        help="rows per batch (default: 16384 for tokens, 2048 for completions: long answers)",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
     p.add_argument(
@@ -149,21 +160,47 @@ def tokenized_manifest(path: str) -> dict[str, Any]:
     return {}
 
 
-def token_settings(args: argparse.Namespace, path: str, tokenizer: Any) -> TokenAuditSettings:
-    manifest = tokenized_manifest(path)
-    raw = manifest.get("tokenizer")
-    info: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    start, end = info.get("thinkStartId"), info.get("thinkEndId")
+def load_vocab(args: argparse.Namespace, tokenizer: Any, manifest: dict[str, Any]) -> VocabInfo | None:
+    """The vocabulary facts the gates use: from the tokenizer (`--model`), else the tokenize
+    stage's manifest, else unknown."""
     if tokenizer is not None:
-        from dflash_trainer.data.target import THINK_END, THINK_START, single_token_id
+        from dflash_trainer.data.chat_template import ChatTemplate
 
-        start, end = single_token_id(tokenizer, THINK_START), single_token_id(tokenizer, THINK_END)
+        override = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+        try:
+            template = ChatTemplate.from_tokenizer(tokenizer, override)
+        except BadInputError:
+            template = None
+        return VocabInfo.from_tokenizer(tokenizer, template, not args.no_thinking)
+    info = manifest.get("tokenizer")
+    return VocabInfo.from_manifest(info) if isinstance(info, dict) else None
+
+
+def token_settings(
+    args: argparse.Namespace, manifest: dict[str, Any], vocab: VocabInfo | None
+) -> TokenAuditSettings:
     return TokenAuditSettings(
         block_size=args.block_size,
         max_seq_len=args.max_seq_len or manifest.get("maxSeqLen"),
-        think_start_id=start,
-        think_end_id=end,
+        think_start_id=vocab.think_start if vocab else None,
+        think_end_id=vocab.think_end if vocab else None,
+        vocab=vocab,
     )
+
+
+def add_tokenize_counts(metrics: GateMetrics, manifest: dict[str, Any]) -> None:
+    """What the tokenize stage did with cut answers, per source, into the report."""
+    answers = manifest.get("truncatedAnswers")
+    if not isinstance(answers, dict):
+        return
+    per_source = answers.get("perSource") or {}
+    for name, group in metrics.sources.items():
+        counts = per_source.get(name)
+        if isinstance(counts, dict):
+            group.details["truncatedAnswers"] = {"policy": answers.get("policy")} | counts
+    metrics.overall.details["truncatedAnswers"] = {
+        k: v for k, v in answers.items() if k != "perSource"
+    }
 
 
 def run_dataset_gate(
@@ -178,10 +215,15 @@ def run_dataset_gate(
         from dflash_trainer.data.target import load_tokenizer
 
         tokenizer = load_tokenizer(args.model, args.revision)
-    settings = token_settings(args, path, tokenizer) if gate == "tokens" else None
+    manifest = tokenized_manifest(path) if gate == "tokens" else {}
+    vocab = load_vocab(args, tokenizer, manifest)
+    settings = token_settings(args, manifest, vocab) if gate == "tokens" else None
+    completion_settings = CompletionSettings(vocab=vocab, max_new_tokens=args.max_tokens or None)
     acc: TokensAccumulator | CompletionsAccumulator
     acc = (
-        TokensAccumulator(settings, thresholds) if settings else CompletionsAccumulator(thresholds)
+        TokensAccumulator(settings, thresholds)
+        if settings
+        else CompletionsAccumulator(thresholds, completion_settings)
     )
     try:
         for batch in iter_batches(files, acc.columns(), args.batch_rows):
@@ -189,16 +231,22 @@ def run_dataset_gate(
     except ValueError as exc:  # data the gate cannot read as what it claims to be
         raise BadInputError(f"{path}: {exc}") from None
     metrics = acc.finish()
+    if gate == "tokens":
+        add_tokenize_counts(metrics, manifest)
     verdict = evaluate(metrics, thresholds)
     examples: dict[str, list[dict[str, Any]]] = {}
     if verdict.violations:
         decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
-        collector = ExampleCollector(metrics, verdict.violations, thresholds, settings, decode)
+        collector = ExampleCollector(
+            metrics, verdict.violations, thresholds, settings, decode, completion_settings
+        )
         if collector.wanted:
             examples = collector.collect(iter_batches(files, collector.columns(), args.batch_rows))
-    info = {"files": len(files), "blockSize": args.block_size}
+    info: dict[str, Any] = {"files": len(files), "blockSize": args.block_size}
     if settings is not None:
         info |= {"maxSeqLen": settings.max_seq_len, "thinkEndId": settings.think_end_id}
+    else:
+        info |= {"maxNewTokens": completion_settings.max_new_tokens}
     return metrics, verdict, info, examples
 
 
@@ -211,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds)
     if args.no_thinking:
         thresholds = thresholds.model_copy(update={"expect_thinking": False})
+    if args.batch_rows is None:
+        args.batch_rows = COMPLETIONS_BATCH_ROWS if gate == "completions" else TOKENS_BATCH_ROWS
     if gate == "prompts":
         metrics, verdict, info, examples = run_prompts_gate(args, path, thresholds)
     else:

@@ -26,6 +26,8 @@ class GroupMetrics:
     samples: int
     values: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    # check -> (events, trials) behind a rate or quantile value, for the confidence bound.
+    counts: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass

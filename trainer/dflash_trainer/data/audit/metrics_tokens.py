@@ -1,21 +1,26 @@
 """Tokens gate metrics over `input_ids` / `loss_mask` batches: vectorized, per source, streaming.
 
-Per row: loss-mask sum, longest supervised run (DFlash anchors), thinking span, truncation,
-re-tokenization drift. Rows are never visited one by one in Python.
+Per row: loss-mask sum, longest supervised run (DFlash anchors), reasoning tokens, truncation,
+re-tokenization drift, repeated 4-grams and a hash of the supervised ids, and whether the mask
+supervises only assistant answers. Rows are never visited one by one in Python.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from dflash_trainer.data.audit.histogram import IntHistogram
 from dflash_trainer.data.audit.lists import (
+    FlatList,
+    Runs,
     first_position,
     first_run_start,
     flatten_list,
+    group_starts,
     longest_run,
     run_sums,
     runs_of_ones,
@@ -30,14 +35,24 @@ from dflash_trainer.data.audit.metrics import (
     overall_histogram,
     ratio,
 )
+from dflash_trainer.data.audit.ngrams import repeated_ngram_share, span_hashes
+from dflash_trainer.data.audit.text_keys import count_duplicates, duplicated_keys
 from dflash_trainer.data.audit.thresholds import Thresholds
+from dflash_trainer.data.audit.vocab import VocabInfo
 
 COUNTERS = (
     "samples", "tokens", "supervised", "stub", "no_anchor", "truncated", "truncation_known",
-    "thinking_missing", "empty_thinking", "drift_checked", "drift",
+    "thinking_missing", "empty_thinking", "near_empty_thinking", "drift_checked", "drift",
+    "loop_measured", "loop", "mask_checked", "mask_error", "answer_truncated",
 )  # fmt: skip
 LOSS_MASK_PLOT = "loss_mask_sum"
 SEQ_LEN_PLOT = "seq_len"
+THINKING_TOKENS_PLOT = "thinking_tokens"
+# Without the vocabulary's whitespace ids, `<think>\n\n</think>` reads as 1 reasoning token and
+# `<think>\nR\n</think>` as R + 2: counts are corrected by the template's two newlines.
+TEMPLATE_NEWLINES = 2
+MIN_LOOP_NGRAMS = 16
+DUPLICATES_SHOWN = 8
 
 
 @dataclass(frozen=True)
@@ -46,10 +61,79 @@ class TokenAuditSettings:
     max_seq_len: int | None = None
     think_start_id: int | None = None
     think_end_id: int | None = None
+    vocab: VocabInfo | None = None
 
     @property
     def needs_input_ids(self) -> bool:
-        return self.think_end_id is not None
+        return True  # repetition, duplicates and the mask check all read the ids
+
+
+def _reasoning_tokens(
+    ids: FlatList, start: np.ndarray, end: np.ndarray, opens: np.ndarray, vocab: VocabInfo | None
+) -> tuple[np.ndarray, bool]:
+    """Reasoning tokens between each row's thinking start and `</think>` (-1: none), and
+    whether whitespace was told apart."""
+    has_end = end >= 0
+    lo = np.where(has_end, start + opens, 0)
+    hi = np.where(has_end, end, 0)
+    if vocab is None or not vocab.knows_whitespace:
+        return np.maximum(hi - lo, 0), False
+    table = vocab.reasoning_token_table(int(ids.values.max()) + 1 if len(ids.values) else 1)
+    counted = np.concatenate([[0], np.cumsum(table[ids.values], dtype=np.int64)])
+    return np.where(has_end, counted[hi] - counted[lo], 0), True
+
+
+def _supervised_loops(
+    ids: FlatList, runs: Runs, rows: int, loop_share: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(measured, loop, span key) per row, over each row's supervised runs."""
+    ngrams, repeats = repeated_ngram_share(ids.values, runs.starts, runs.ends)
+    row_ngrams = np.bincount(runs.rows, weights=ngrams, minlength=rows)
+    row_repeats = np.bincount(runs.rows, weights=repeats, minlength=rows)
+    measured = row_ngrams >= MIN_LOOP_NGRAMS
+    loop = measured & (row_repeats > loop_share * np.maximum(row_ngrams, 1))
+    keys = np.zeros(rows, dtype=np.uint64)
+    if len(runs.starts):
+        hashes = span_hashes(ids.values, runs.starts, runs.ends)
+        firsts = group_starts(runs.rows)
+        keys[runs.rows[firsts]] = np.add.reduceat(hashes, firsts)
+    return measured, loop, keys
+
+
+def _mask_errors(
+    ids: FlatList, mask: FlatList, runs: Runs, rows: int, vocab: VocabInfo | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(checked, error) per row: supervision outside assistant answers.
+
+    With the assistant header known (`<|im_start|>assistant\n`): every supervised run must start
+    after a complete assistant header, with no turn start between them, and no turn-start token
+    may be supervised. Without it: only a row whose first token is supervised is an error.
+    """
+    checked = mask.lengths > 0
+    first_supervised = mask.values[mask.offsets[:-1][checked]] == 1
+    error = np.zeros(rows, dtype=bool)
+    error[checked] = first_supervised
+    header = vocab.assistant_header if vocab is not None else ()
+    if not header or len(ids.values) == 0:
+        return checked, error
+    turn = np.flatnonzero(ids.values == header[0])
+    if len(turn):
+        supervised_turn = turn[mask.values[turn] == 1]
+        error[np.unique(np.searchsorted(ids.offsets, supervised_turn, side="right") - 1)] = True
+    if len(runs.starts) == 0:
+        return checked, error
+    is_header = np.ones(len(turn), dtype=bool)
+    for k, token in enumerate(header[1:], start=1):
+        at = np.minimum(turn + k, len(ids.values) - 1)
+        is_header &= (ids.values[at] == token) & (turn + k < len(ids.values))
+    last = np.searchsorted(turn, runs.starts, side="right") - 1
+    row_start = ids.offsets[runs.rows]
+    ok = last >= 0
+    ok[ok] &= turn[last[ok]] >= row_start[ok]
+    ok[ok] &= is_header[last[ok]] & (runs.starts[ok] >= turn[last[ok]] + len(header))
+    bad_rows = runs.rows[~ok]
+    error[bad_rows] = True
+    return checked, error
 
 
 def token_features(
@@ -80,25 +164,43 @@ def token_features(
         col = batch.column("retokenize_drift")
         feats["drift_checked"] = col.is_valid().to_numpy(zero_copy_only=False)
         feats["drift"] = col.fill_null(False).to_numpy(zero_copy_only=False)
-    if settings.think_end_id is not None and "input_ids" in names:
-        ids = flatten_list(batch.column("input_ids"), np.int32)
-        hits = np.flatnonzero(ids.values == settings.think_end_id)
+    if "answer_truncated" in names:
+        feats["answer_truncated"] = batch.column("answer_truncated").fill_null(False).to_numpy(
+            zero_copy_only=False
+        )
+    if "input_ids" not in names:
+        return feats
+    ids = flatten_list(batch.column("input_ids"), np.int64)
+    vocab = settings.vocab
+    think_end = settings.think_end_id if vocab is None else vocab.think_end
+    think_start = settings.think_start_id if vocab is None else vocab.think_start
+    if think_end is not None:
+        hits = np.flatnonzero(ids.values == think_end)
         end = first_position(hits[mask.values[hits] == 1], ids.offsets, rows)
         start = first_run_start(runs, rows)
         opens = np.zeros(rows, dtype=np.int64)
-        if settings.think_start_id is not None:
+        if think_start is not None:
             valid = start >= 0
-            opens[valid] = ids.values[start[valid]] == settings.think_start_id
+            opens[valid] = ids.values[start[valid]] == think_start
         has_end = end >= 0
-        thinking = np.where(has_end, end - start - opens, 0)
+        thinking, exact = _reasoning_tokens(ids, start, end, opens, vocab)
+        if not exact:  # the template's newlines are in the count: correct for them
+            thinking = np.maximum(thinking - TEMPLATE_NEWLINES, 0)
         feats["thinking_tokens"] = thinking
+        feats["has_thinking_end"] = has_end
         feats["thinking_missing"] = ~has_end & (sums > 0)
-        feats["empty_thinking"] = has_end & (thinking < thresholds.min_thinking_tokens)
+        feats["empty_thinking"] = has_end & (thinking == 0)
+        feats["near_empty_thinking"] = (
+            has_end & (thinking > 0) & (thinking < thresholds.min_thinking_tokens)
+        )
+    measured, loop, keys = _supervised_loops(ids, runs, rows, thresholds.loop_ngram_share)
+    feats["loop_measured"], feats["loop"], feats["span_key"] = measured, loop, keys
+    feats["mask_checked"], feats["mask_error"] = _mask_errors(ids, mask, runs, rows, vocab)
     return feats
 
 
 class TokensAccumulator:
-    """Streams batches into per-source counters and loss-mask / length histograms."""
+    """Streams batches into per-source counters, histograms and supervised-span keys."""
 
     def __init__(self, settings: TokenAuditSettings, thresholds: Thresholds) -> None:
         self.settings = settings
@@ -108,10 +210,16 @@ class TokensAccumulator:
         self.mask_hist: dict[str, IntHistogram] = {}
         self.len_hist: dict[str, IntHistogram] = {}
         self.thinking_hist: dict[str, IntHistogram] = {}
+        self.keys: dict[str, list[np.ndarray]] = {}
 
     def columns(self) -> list[str]:
-        cols = ["source", "loss_mask", "truncated", "retokenize_drift"]
+        cols = ["source", "loss_mask", "truncated", "retokenize_drift", "answer_truncated"]
         return [*cols, "input_ids"] if self.settings.needs_input_ids else cols
+
+    @property
+    def knows_thinking(self) -> bool:
+        vocab = self.settings.vocab
+        return (vocab.think_end if vocab is not None else self.settings.think_end_id) is not None
 
     def add(self, batch: pa.RecordBatch) -> None:
         rows = batch.num_rows
@@ -119,67 +227,138 @@ class TokensAccumulator:
             return
         src_col = batch.column("source") if "source" in batch.schema.names else None
         src = self.sources.encode(src_col, rows)
-        n = len(self.sources.names)
+        names = self.sources.names
+        n = len(names)
         feats = token_features(batch, self.settings, self.thresholds)
         c = self.counters
         c.add("samples", src, None, n)
         c.add("tokens", src, feats["seq_len"].astype(np.float64), n)
         c.add("supervised", src, feats["mask_sum"].astype(np.float64), n)
-        for name in ("stub", "no_anchor", "truncated", "truncation_known", "drift_checked",
-                     "drift", "thinking_missing", "empty_thinking"):  # fmt: skip
+        for name in COUNTERS[3:]:
             if name in feats:
                 c.add(name, src, feats[name].astype(np.float64), n)
-        add_histograms(self.mask_hist, feats["mask_sum"], src, self.sources.names)
-        add_histograms(self.len_hist, feats["seq_len"], src, self.sources.names)
+        add_histograms(self.mask_hist, feats["mask_sum"], src, names)
+        add_histograms(self.len_hist, feats["seq_len"], src, names)
         if "thinking_tokens" in feats:
-            add_histograms(self.thinking_hist, feats["thinking_tokens"], src, self.sources.names)
+            # Reasoning lengths of the rows that reason: empty thinking has its own check.
+            ended = feats["has_thinking_end"] & ~feats["empty_thinking"]
+            add_histograms(self.thinking_hist, feats["thinking_tokens"][ended], src[ended], names)
+        if "span_key" in feats:
+            for i in np.unique(src):
+                self.keys.setdefault(names[int(i)], []).append(feats["span_key"][src == i])
 
     def _group(
-        self, get: dict[str, float], mask_hist: IntHistogram, len_hist: IntHistogram
+        self,
+        get: dict[str, float],
+        mask_hist: IntHistogram,
+        len_hist: IntHistogram,
+        thinking: IntHistogram | None,
+        keys: np.ndarray | None,
     ) -> GroupMetrics:
+        t = self.thresholds
         samples = int(get["samples"])
+        n = float(samples)
         mode, mode_count = mask_hist.mode()
-        values = {
-            "samples": float(samples),
-            "loss_mask_mode_share": mask_hist.mode_share(),
-            "stub_rate": ratio(get["stub"], samples),
-            "no_anchor_rate": ratio(get["no_anchor"], samples),
-            "supervised_fraction": ratio(get["supervised"], get["tokens"]),
-            "supervised_tokens": get["supervised"],
+        counts: dict[str, tuple[float, float]] = {
+            "loss_mask_mode_share": (float(mode_count), n),
+            "stub_rate": (get["stub"], n),
+            "no_anchor_rate": (get["no_anchor"], n),
+            "completion_tokens_p10": (mask_hist.count_below(t.min_completion_tokens_p10), n),
+            "completion_tokens_p50": (mask_hist.count_below(t.min_completion_tokens_p50), n),
         }
         if get["truncation_known"]:
-            values["seq_truncation_rate"] = ratio(get["truncated"], get["truncation_known"])
-        if self.settings.think_end_id is not None and self.thresholds.expect_thinking:
-            values["thinking_missing_rate"] = ratio(get["thinking_missing"], samples)
-            values["empty_thinking_rate"] = ratio(get["empty_thinking"], samples)
+            counts["seq_truncation_rate"] = (get["truncated"], get["truncation_known"])
+        if self.knows_thinking and t.expect_thinking:
+            counts["thinking_missing_rate"] = (get["thinking_missing"], n)
+            counts["empty_thinking_rate"] = (get["empty_thinking"], n)
+            counts["near_empty_thinking_rate"] = (get["near_empty_thinking"], n)
+            if thinking is not None and thinking.total:
+                counts["thinking_tokens_p10"] = (
+                    thinking.count_below(t.min_thinking_tokens_p10), thinking.total)
+                counts["thinking_tokens_p50"] = (
+                    thinking.count_below(t.min_thinking_tokens_p50), thinking.total)
         if get["drift_checked"]:
-            values["drift_rate"] = ratio(get["drift"], get["drift_checked"])
-        details = {
+            counts["drift_rate"] = (get["drift"], get["drift_checked"])
+        if get["loop_measured"]:
+            counts["repetition_rate"] = (get["loop"], get["loop_measured"])
+        if get["mask_checked"]:
+            counts["mask_error_rate"] = (get["mask_error"], get["mask_checked"])
+        duplicates = count_duplicates(keys) if keys is not None else None
+        if duplicates is not None:
+            counts["duplicate_completion_rate"] = (float(duplicates), n)
+        values = {"samples": n} | {k: ratio(ev, tr) for k, (ev, tr) in counts.items()}
+        values["completion_tokens_p10"] = float(mask_hist.percentile(10))
+        values["completion_tokens_p50"] = float(mask_hist.percentile(50))
+        if "thinking_tokens_p10" in counts and thinking is not None:
+            values["thinking_tokens_p10"] = float(thinking.percentile(10))
+            values["thinking_tokens_p50"] = float(thinking.percentile(50))
+        values["supervised_fraction"] = ratio(get["supervised"], get["tokens"])
+        values["supervised_tokens"] = get["supervised"]
+        details: dict[str, Any] = {
             "tokens": int(get["tokens"]),
             "supervisedTokens": int(get["supervised"]),
             "lossMaskSum": mask_hist.summary(),
             "lossMaskMode": {"value": mode, "count": mode_count},
             "seqLen": len_hist.summary(),
             "driftChecked": int(get["drift_checked"]),
+            "unterminatedAnswers": int(get["answer_truncated"]),
+            "repetition": {"measured": int(get["loop_measured"]), "loops": int(get["loop"])},
         }
-        return GroupMetrics(samples=samples, values=values, details=details)
+        if thinking is not None:
+            details["thinkingTokens"] = thinking.summary()
+        if keys is not None:
+            dup_keys, dup_counts = duplicated_keys(keys, DUPLICATES_SHOWN)
+            details["duplicates"] = {
+                "exact": duplicates,
+                "mostRepeated": [
+                    {"key": f"{int(k):016x}", "rows": int(c)}
+                    for k, c in zip(dup_keys, dup_counts, strict=True)
+                ],
+            }
+        return GroupMetrics(samples=samples, values=values, details=details, counts=counts)
 
     def finish(self) -> GateMetrics:
         c = self.counters
         sources = {}
         for i, name in enumerate(self.sources.names):
             get = {k: c.get(k, i) for k in COUNTERS}
-            sources[name] = self._group(get, self.mask_hist[name], self.len_hist[name])
+            keys = np.concatenate(self.keys[name]) if name in self.keys else None
+            sources[name] = self._group(
+                get, self.mask_hist[name], self.len_hist[name], self.thinking_hist.get(name), keys
+            )
         mask_all = overall_histogram(self.mask_hist)
         len_all = overall_histogram(self.len_hist)
-        overall = self._group({k: c.total(k) for k in COUNTERS}, mask_all, len_all)
+        thinking_all = overall_histogram(self.thinking_hist) if self.thinking_hist else None
+        overall = self._group({k: c.total(k) for k in COUNTERS}, mask_all, len_all, thinking_all, None)
+        if self.keys:  # duplicates are counted within each source; overall is their sum
+            dups = sum(g.details["duplicates"]["exact"] for g in sources.values())
+            overall.counts["duplicate_completion_rate"] = (float(dups), float(overall.samples))
+            overall.values["duplicate_completion_rate"] = ratio(dups, overall.samples)
+            overall.details["duplicates"] = {"exact": dups, "mostRepeated": []}
         self.mask_hist[OVERALL] = mask_all
         self.len_hist[OVERALL] = len_all
+        histograms = {LOSS_MASK_PLOT: self.mask_hist, SEQ_LEN_PLOT: self.len_hist}
+        if thinking_all is not None:
+            self.thinking_hist[OVERALL] = thinking_all
+            histograms[THINKING_TOKENS_PLOT] = self.thinking_hist
+        return GateMetrics("tokens", overall, sources, histograms, self._notes())
+
+    def _notes(self) -> list[str]:
         notes = []
-        if self.settings.think_end_id is None and self.thresholds.expect_thinking:
+        vocab = self.settings.vocab
+        if not self.knows_thinking and self.thresholds.expect_thinking:
             notes.append(
                 "thinking checks skipped: the `</think>` token id is unknown "
                 "(pass --model, or audit a tokenized/ folder with its _SUCCESS.json)"
             )
-        histograms = {LOSS_MASK_PLOT: self.mask_hist, SEQ_LEN_PLOT: self.len_hist}
-        return GateMetrics("tokens", overall, sources, histograms, notes)
+        elif self.knows_thinking and (vocab is None or not vocab.knows_whitespace):
+            notes.append(
+                f"whitespace token ids unknown: reasoning tokens are the tokens between the tags "
+                f"minus the template's {TEMPLATE_NEWLINES} newlines"
+            )
+        if vocab is None or not vocab.assistant_header:
+            notes.append(
+                "assistant header ids unknown: the mask check only finds rows whose first token "
+                "is supervised (pass --model for the full check)"
+            )
+        return notes

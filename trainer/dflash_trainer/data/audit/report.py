@@ -19,6 +19,7 @@ PLOTS = {
     "loss_mask_sum": ("loss_mask sums per sample", "supervised tokens per sample"),
     "seq_len": ("sequence lengths", "tokens per sample"),
     "output_tokens": ("generated tokens per answer", "generated tokens"),
+    "thinking_tokens": ("reasoning tokens per answer", "reasoning tokens"),
 }
 CHECK_BY_NAME = {c.name: c for c in CHECKS}
 MAX_SOURCES_IN_TABLE = 40
@@ -76,6 +77,7 @@ def build_report_json(report: AuditReport) -> dict[str, Any]:
         "examples": report.examples,
         "plots": sorted(report.plots),
         "notes": m.notes,
+        "marginal": report.verdict.marginal,
     }
 
 
@@ -125,7 +127,7 @@ def build_report_markdown(report: AuditReport) -> str:
         cells = " | ".join(format_cell(c, group.values.get(c)) for c in checks)
         lines.append(f"| {label} | {group.samples:,} | {cells} |")
     lines.append("")
-    for detail in ("lossMaskSum", "outputTokens", "seqLen"):
+    for detail in ("lossMaskSum", "outputTokens", "thinkingTokens", "seqLen"):
         summary = m.overall.details.get(detail)
         if isinstance(summary, dict):
             lines.append(
@@ -142,8 +144,9 @@ def build_report_markdown(report: AuditReport) -> str:
             for row in rows:
                 lines += ["```", json.dumps(row, ensure_ascii=False, indent=1)[:2000], "```"]
             lines.append("")
-    if m.notes or v.skipped:
+    if m.notes or v.skipped or v.marginal:
         lines += ["## Notes", ""] + [f"- {n}" for n in m.notes]
+        lines += [f"- across its limit but within sampling noise: {n}" for n in v.marginal]
         if v.skipped:
             lines.append(f"- checks not applicable to this data: {', '.join(v.skipped)}")
     return "\n".join(lines) + "\n"

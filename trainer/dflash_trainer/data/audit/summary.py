@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflash_trainer.data.audit.checks import Violation
 from dflash_trainer.data.audit.report import CHECK_BY_NAME, AuditReport, format_cell
 
 CONSOLE_SOURCES = 20
+# Checks whose problem shows at the end of a text: the console quotes its tail.
+TAIL_CHECKS = ("repetition_rate", "silent_truncation_rate", "truncation_rate")
 KEY_METRICS = {
     "tokens": ("loss_mask_mode_share", "stub_rate", "no_anchor_rate", "supervised_fraction",
-               "empty_thinking_rate", "seq_truncation_rate"),
+               "empty_thinking_rate", "seq_truncation_rate", "repetition_rate", "mask_error_rate",
+               "completion_tokens_p50"),
     "completions": ("stub_rate", "empty_thinking_rate", "empty_response_rate", "truncation_rate",
-                    "top_response_share", "stray_think_rate"),
+                    "silent_truncation_rate", "duplicate_completion_rate", "repetition_rate",
+                    "wrong_language_rate", "completion_tokens_p50", "top_response_share"),
     "prompts": ("malformed_rate", "role_error_rate", "empty_prompt_rate", "duplicate_rate"),
 }  # fmt: skip
 
@@ -41,9 +46,27 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
             key = next(
                 k for k in ("supervised", "response", "supervisedIds", "where") if k in first
             )
+            if check in TAIL_CHECKS:
+                key = next((k for k in ("supervisedTail", "responseTail") if k in first), key)
             shown = first[key]
             lines.append(f"  example ({check}, {first.get('source')}): {shown!r}"[:300])
     return "\n".join(lines)
+
+
+def describe_violation(x: Violation) -> str:
+    """`stub_rate 87.0% in stub_x (limit 5.0%, overall 5.0%)`: the failing value first, so a
+    violation found in one source never reads as passing."""
+    limit = format_cell(x.check, x.threshold)
+    source, value = x.worst
+    if source is None:
+        where = f" in {', '.join(x.sources[:3])}" if x.sources else ""
+        return f"{x.check} {format_cell(x.check, x.value)} (limit {limit}){where}"
+    others = [s for s in x.sources[1:3]]
+    also = f"; also {', '.join(others)}" if others else ""
+    return (
+        f"{x.check} {format_cell(x.check, value)} in {source} (limit {limit}, overall "
+        f"{format_cell(x.check, x.value)}{also})"
+    )
 
 
 def build_stage_payload(report: AuditReport, report_uri: str) -> dict[str, Any]:
@@ -54,11 +77,7 @@ def build_stage_payload(report: AuditReport, report_uri: str) -> dict[str, Any]:
     if v.passed:
         message = f"{report.gate} gate passed on {m.overall.samples:,} samples"
     else:
-        names = ", ".join(
-            f"{x.check} {format_cell(x.check, x.value)} (limit {format_cell(x.check, x.threshold)})"
-            + (f" in {', '.join(x.sources[:3])}" if x.sources else "")
-            for x in v.violations
-        )
+        names = ", ".join(describe_violation(x) for x in v.violations)
         message = f"{report.gate} gate failed: {names}"
     return {
         "stage": "audit",

@@ -31,10 +31,11 @@ class Thresholds(BaseModel):
         default=1, ge=0, description="Fewest samples a gate accepts; an empty dataset fails."
     )
     min_source_samples: int = Field(
-        default=20,
+        default=50,
         ge=1,
-        description="Per-source checks only judge sources with at least this many samples "
-        "(a rate over 3 samples is noise).",
+        description="Per-source checks only judge sources with at least this many samples. "
+        "Below 50, even a source at 3x a 5% limit is caught less than half the time "
+        "(docs/audit-gates.md, false alarms and power).",
     )
     expect_thinking: bool = Field(
         default=True,
@@ -52,6 +53,62 @@ class Thresholds(BaseModel):
         ge=0,
         le=1,
         description="Most answers with an empty think block (`<think>\\n\\n</think>`) allowed.",
+    )
+    min_thinking_tokens: int = Field(
+        default=4,
+        ge=1,
+        description="Reasoning with at least one but fewer than this many tokens (whitespace "
+        "and the tags not counted) is near-empty; none at all is empty.",
+    )
+    max_near_empty_thinking_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most answers allowed whose reasoning is near-empty (1 to "
+        "minThinkingTokens-1 tokens): a template or prompt that all but skips thinking.",
+    )
+    min_completion_tokens_p10: int = Field(
+        default=24,
+        ge=0,
+        description="Floor of a source's 10th percentile of generated tokens (thinking + "
+        "answer): generic short answers that are not identical.",
+    )
+    min_completion_tokens_p50: int = Field(
+        default=64,
+        ge=0,
+        description="Floor of a source's median of generated tokens (thinking + answer).",
+    )
+    min_thinking_tokens_p10: int = Field(
+        default=8,
+        ge=0,
+        description="Floor of a source's 10th percentile of reasoning tokens (thinking on).",
+    )
+    min_thinking_tokens_p50: int = Field(
+        default=32,
+        ge=0,
+        description="Floor of a source's median of reasoning tokens (thinking on).",
+    )
+    max_duplicate_completion_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most completions allowed that repeat an earlier one of their source "
+        "(thinking + answer, equal after folding case and whitespace; tokens gate: equal "
+        "supervised ids).",
+    )
+    loop_ngram_share: float = Rate(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="A completion is a repetition loop when more than this share of its token "
+        "4-grams repeat an earlier 4-gram of the same completion (healthy text: a few percent).",
+    )
+    max_repetition_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most completions allowed that are repetition loops, even ending in a stop "
+        "token.",
     )
 
     # --- prompts gate ----------------------------------------------------------------------
@@ -107,6 +164,20 @@ class Thresholds(BaseModel):
         le=1,
         description="Most answers allowed with a `<think>`/`</think>` tag left in the answer text.",
     )
+    max_silent_truncation_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most completions allowed that are not reported as cut but sit at the "
+        "generation limit, or at a spike at the top of their source's lengths.",
+    )
+    max_wrong_language_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most answers allowed written in a script the prompt does not use (an "
+        "English prompt answered in Chinese).",
+    )
 
     # --- tokens gate -----------------------------------------------------------------------
     max_loss_mask_mode_share: float = Rate(
@@ -138,12 +209,6 @@ class Thresholds(BaseModel):
         le=1,
         description="Most samples allowed with no supervised `</think>` when thinking is expected.",
     )
-    min_thinking_tokens: int = Field(
-        default=3,
-        ge=1,
-        description="Thinking with fewer tokens than this between the tags counts as empty "
-        "(tokens gate; `<think>\\n\\n</think>` has 1).",
-    )
     min_supervised_tokens: int = Field(
         default=1000, ge=0, description="Fewest supervised tokens in the whole dataset."
     )
@@ -154,12 +219,19 @@ class Thresholds(BaseModel):
         description="Most samples allowed whose re-tokenized answer differs from the token ids "
         "the engine generated.",
     )
+    max_mask_error_rate: float = Rate(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Most samples allowed whose loss mask supervises anything but assistant "
+        "answers: the prompt, a turn header, or everything (an all-ones mask).",
+    )
 
 
 # Fields that tune how checks measure rather than bound one check: every other field is the
 # threshold of exactly the check named after it (`maxStubRate` bounds `stub_rate`).
 SETTINGS = frozenset(
-    {"min_source_samples", "stub_tokens", "expect_thinking", "min_thinking_tokens"}
+    {"min_source_samples", "stub_tokens", "expect_thinking", "min_thinking_tokens", "loop_ngram_share"}
 )
 
 
