@@ -140,10 +140,15 @@ def test_tokenize_and_both_gates_read_and_write_the_run_root_in_s3(
         "256",
         "--workers",
         "1",
+        # 8 new tokens cut most answers: keep them (unterminated) so that all 12 are audited.
+        "--truncated-answers",
+        "keep",
     ]
     code, summary = run_json(tokenize_main, args, tmp_path / "t")
     assert code == 0 and summary["samples"] == 12 and summary["shards"] >= 2
     manifest = read_json(summary["manifestUri"])
+    assert manifest["truncatedAnswers"]["policy"] == "keep"
+    assert manifest["truncatedAnswers"]["dropped"] == 0 and manifest["truncatedAnswers"]["kept"] > 0
     for shard in manifest["shards"]:
         uri = f"{run_root}/tokenized/{shard['path']}"
         assert sha256_bytes(store_for(uri).read_bytes(uri)) == shard["sha256"]

@@ -131,14 +131,44 @@ def test_qwen3_5_multi_turn_supervises_only_the_last_answer(
     assert "Old." not in prompt
 
 
-def test_qwen3_5_empty_thinking_answer_fails_loudly_because_the_template_drops_the_block(
+def test_qwen3_5_empty_thinking_is_spliced_after_the_opened_block_with_the_templates_own_closing(
+    qwen3_5_tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    sup, prompt = supervised_decoded(qwen3_5_tokenizer, [USER1, answer("OK then.", "")], True)
+    # The model saw `<think>\n` and wrote `\n</think>\n\n` itself: exactly what it generated.
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
+    assert sup == "\n</think>\n\nOK then.<|im_end|>"
+
+
+def test_qwen3_5_thinking_off_supervises_the_answer_after_the_prefilled_closed_block(
+    qwen3_5_tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    # The Qwen3.6 template with thinking off: every row used to fail with prompt_not_prefix.
+    for reasoning in (None, ""):
+        sup, prompt = supervised_decoded(
+            qwen3_5_tokenizer, [USER1, answer("Halve the range.", reasoning)], False
+        )
+        assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert sup == "Halve the range.<|im_end|>"
+
+
+def test_qwen3_5_thinking_off_multi_turn_keeps_the_history_and_supervises_the_last_answer(
+    qwen3_5_tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    messages = [SYSTEM, USER1, answer("Halve it.", None), USER2, answer("Like 4, 6, 7.", None)]
+    sup, prompt = supervised_decoded(qwen3_5_tokenizer, messages, False)
+    assert sup == "Like 4, 6, 7.<|im_end|>"
+    assert "Halve it." in prompt and prompt.endswith("<think>\n\n</think>\n\n")
+
+
+def test_qwen3_5_thinking_off_with_a_reasoning_trace_fails_loudly(
     qwen3_5_tokenizer: PreTrainedTokenizerFast,
 ) -> None:
     template = ChatTemplate.from_tokenizer(qwen3_5_tokenizer)
     with pytest.raises(TemplateMismatchError) as err:
-        build_segments(template, [USER1, answer("OK.", "")], EOT, enable_thinking=True)
-    assert err.value.kind == "prompt_not_prefix"
-    assert "<think>" in str(err.value)
+        build_segments(template, [USER1, answer("OK.", "A thought.")], EOT, enable_thinking=False)
+    assert err.value.kind == "reasoning_after_closed_think"
+    assert "thinking" in str(err.value)
 
 
 def test_qwen3_thinking_off_with_a_reasoning_trace_fails_loudly(

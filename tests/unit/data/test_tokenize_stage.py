@@ -58,12 +58,15 @@ def test_samples_longer_than_max_seq_len_are_cut_and_counted(
     assert counts.tokens == sum(table.column("seq_len").to_pylist())
 
 
-def test_drift_is_flagged_only_when_the_engine_ids_differ_from_the_re_tokenized_answer(
+def test_drift_is_flagged_only_when_our_tokenizer_would_encode_the_engines_text_differently(
     qwen3_tokenizer: PreTrainedTokenizerFast,
 ) -> None:
     answer = "<think>\nBecause.\n</think>\n\nYes.<|im_end|>"
     same = qwen3_tokenizer(answer, add_special_tokens=False)["input_ids"]
-    other = [*same[:-3], 5, 6, same[-1]]
+    # The same text split into other tokens, as another tokenizer (revision) would produce.
+    pieces = ["<think>", "\n", *"Because.", "\n", "</think>", "\n\n", "Yes.", "<|im_end|>"]
+    other = [i for p in pieces for i in qwen3_tokenizer(p, add_special_tokens=False)["input_ids"]]
+    assert qwen3_tokenizer.decode(other) == answer and other != same
     cut = same[:-1]  # stopped by max tokens: no end-of-turn from the engine
     rows = [
         row(0, "Yes.", ids=same),
@@ -74,15 +77,20 @@ def test_drift_is_flagged_only_when_the_engine_ids_differ_from_the_re_tokenized_
     table, counts = tokenizer_for(qwen3_tokenizer, 4096).tokenize(rows)
     assert table.column("retokenize_drift").to_pylist() == [False, True, False, None]
     assert (counts.drift_checked, counts.drift) == (3, 1)
+    # Training uses the engine's ids as they are, drifted or not.
+    ids = table.column("input_ids").to_pylist()
+    mask = table.column("loss_mask").to_pylist()
+    assert [t for t, m in zip(ids[1], mask[1], strict=True) if m] == other
 
 
 def test_rows_the_template_cannot_mask_are_dropped_and_counted_with_an_example(
     qwen3_5_tokenizer: PreTrainedTokenizerFast,
 ) -> None:
-    rows = [row(0, "Fine.", "Thought about it."), row(1, "OK.", "")]  # empty thinking on Qwen3.5
+    # A stray </think> in the answer: the template moves text into the think block.
+    rows = [row(0, "Fine.", "Thought about it."), row(1, "Done.</think>Real.", None)]
     table, counts = tokenizer_for(qwen3_5_tokenizer, 4096).tokenize(rows)
     assert table.column("id").to_pylist() == ["s0"]
-    assert counts.mismatches == {"prompt_not_prefix": 1}
+    assert counts.mismatches == {"dropped_answer": 1}
     assert counts.mismatch_examples[0].startswith("s1 (src): turn 1:")
 
 
@@ -104,7 +112,9 @@ def test_the_stage_exits_2_naming_the_rows_a_template_cannot_mask_unless_tolerat
 ) -> None:
     run_root = tmp_path / "run"
     write_regen(
-        run_root, [row(i, f"Answer {i}.", "Thought.") for i in range(9)] + [row(9, "OK.", "")]
+        run_root,
+        [row(i, f"Answer {i}.", "Thought.") for i in range(9)]
+        + [row(9, "Done.</think>Real.", None)],
     )
     log = tmp_path / "log"
     args = ["--run-root", str(run_root), "--model", str(tiny35.path), "--termination-log", str(log)]
@@ -116,5 +126,5 @@ def test_the_stage_exits_2_naming_the_rows_a_template_cannot_mask_unless_tolerat
     summary = json.loads(log.read_text())
     assert summary["samples"] == 9 and summary["reusedShards"] == 1
     manifest = json.loads((run_root / "tokenized" / "_SUCCESS.json").read_text())
-    assert manifest["templateMismatches"] == {"prompt_not_prefix": 1}
+    assert manifest["templateMismatches"] == {"dropped_answer": 1}
     assert manifest["tokenizer"]["thinkEndId"] == tiny35.think_end_id

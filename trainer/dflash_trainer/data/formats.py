@@ -135,6 +135,17 @@ def split_thinking(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+def _finish_reason(value: dict[str, Any]) -> str | None:
+    finish = value.get("finish_reason")
+    if finish is not None and finish not in FINISH_REASONS:
+        raise SampleError(
+            "schema",
+            f"finish_reason {finish!r}; accepted: {', '.join(FINISH_REASONS)}, or no field "
+            "(then a row at the generation limit counts as probably truncated)",
+        )
+    return finish if isinstance(finish, str) else None
+
+
 def _regenerated(value: dict[str, Any]) -> tuple[list[Message], Completion]:
     if "messages" in value:
         messages = _openai(value)
@@ -145,7 +156,9 @@ def _regenerated(value: dict[str, Any]) -> tuple[list[Message], Completion]:
         response = last["content"]
         if reasoning is None:
             reasoning, response = split_thinking(response)
-        completion = Completion(response=response, reasoning=reasoning)
+        completion = Completion(
+            response=response, reasoning=reasoning, finish_reason=_finish_reason(value)
+        )
         return messages, completion
     prompt = _require(value, "prompt", "regenerated")
     if isinstance(prompt, str):
@@ -160,11 +173,7 @@ def _regenerated(value: dict[str, Any]) -> tuple[list[Message], Completion]:
         raise SampleError(
             "content_type", f"'reasoning' is {type(reasoning).__name__}, expected a string"
         )
-    finish = value.get("finish_reason") or "stop"
-    if finish not in FINISH_REASONS:
-        raise SampleError(
-            "schema", f"finish_reason {finish!r}; accepted: {', '.join(FINISH_REASONS)}"
-        )
+    finish = _finish_reason(value)
     ids = value.get("output_token_ids") or []
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise SampleError("schema", "output_token_ids must be a list of integers")

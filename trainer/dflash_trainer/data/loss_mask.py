@@ -2,19 +2,31 @@
 
 The mask comes from character offsets: the text the template renders as the generation prompt
 versus the text of the conversation with the answer. Only the generated part is supervised:
-thinking, answer and the end-of-turn token; never the prompt or the assistant header. When the
-template renders a turn differently from its own prompt (earlier turns rewritten, reasoning
-dropped) this raises `TemplateMismatchError` instead of producing a wrong mask.
+thinking, answer and the end-of-turn token; never the prompt or the assistant header.
+
+Qwen3.5/3.6 pre-fill a think block in the generation prompt (`<think>\n`, or
+`<think>\n\n</think>\n\n` with thinking off) but render a finished turn with empty reasoning
+without it. The sequence the model really saw is the prompt followed by what it generated: the
+answer (thinking off), or the template's own closing `\n</think>\n\n` and the answer (empty
+thinking). Any other disagreement (earlier turns rewritten, reasoning dropped) raises
+`TemplateMismatchError` instead of producing a wrong mask.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from dflash_trainer.data.chat_template import ChatTemplate
 
 EXCERPT_CHARS = 60
+THINK_START = "<think>"
+THINK_END = "</think>"
+# A think block pre-filled at the end of a generation prompt: open, or closed and empty.
+PREFILLED_THINK = re.compile(r"<think>\s*(?:</think>\s*)?$")
+CLOSING_THINK = re.compile(r"\s*</think>\s*")
+TRAILING_CLOSED_THINK = re.compile(r"\s*</think>\s*$")
 
 
 class TemplateMismatchError(Exception):
@@ -57,20 +69,15 @@ def _turn_span(
     full = template.render(
         messages[: k + 1], add_generation_prompt=False, enable_thinking=enable_thinking
     )
-    if not full.startswith(prompt):
-        at = _divergence(prompt, full)
-        raise TemplateMismatchError(
-            "prompt_not_prefix",
-            f"turn {k}: the chat template renders the answered conversation differently from its "
-            f"own generation prompt (prompt has {_excerpt(prompt, at)}, conversation has "
-            f"{_excerpt(full, at)}); the mask cannot be computed without guessing",
-        )
-    end = full.find(end_of_turn, len(prompt))
-    if end < 0:
-        raise TemplateMismatchError(
-            "missing_end_of_turn", f"turn {k}: no {end_of_turn!r} after the answer"
-        )
-    end += len(end_of_turn)
+    if full.startswith(prompt):
+        end = full.find(end_of_turn, len(prompt))
+        if end < 0:
+            raise TemplateMismatchError(
+                "missing_end_of_turn", f"turn {k}: no {end_of_turn!r} after the answer"
+            )
+        end += len(end_of_turn)
+    else:
+        full, end = _splice_prefilled_think(template, messages, k, prompt, full, end_of_turn)
     generated = full[len(prompt) : end]
     message = messages[k]
     answer = str(message.get("content") or "").strip()
@@ -86,6 +93,66 @@ def _turn_span(
             "reasoning sample, or a template that strips the think block)",
         )
     return full, len(prompt), end
+
+
+def _splice_prefilled_think(
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    k: int,
+    prompt: str,
+    full: str,
+    end_of_turn: str,
+) -> tuple[str, int]:
+    """(prompt + generated text, end of the answer) when the only disagreement between the
+    generation prompt and the finished turn is a pre-filled think block (module docstring)."""
+    prefill = PREFILLED_THINK.search(prompt)
+    head = prompt[: prefill.start()] if prefill else ""
+    if prefill is None or not full.startswith(head):
+        at = _divergence(prompt, full)
+        raise TemplateMismatchError(
+            "prompt_not_prefix",
+            f"turn {k}: the chat template renders the answered conversation differently from its "
+            f"own generation prompt (prompt has {_excerpt(prompt, at)}, conversation has "
+            f"{_excerpt(full, at)}); the mask cannot be computed without guessing",
+        )
+    rest = full[len(head) :]
+    eot = rest.find(end_of_turn)
+    if eot < 0:
+        raise TemplateMismatchError(
+            "missing_end_of_turn", f"turn {k}: no {end_of_turn!r} after the answer"
+        )
+    answer = rest[: eot + len(end_of_turn)]
+    if THINK_START in answer or THINK_END in answer:
+        raise TemplateMismatchError(
+            "reasoning_after_closed_think",
+            f"turn {k}: the generation prompt pre-fills a think block ({_excerpt(prefill.group(), 0)}) "
+            "yet the answer carries reasoning: the data was generated with other thinking "
+            "settings than the tokenizer's (check target.thinking)",
+        )
+    if THINK_END in prefill.group():  # thinking off: the model wrote the answer after it
+        generated = answer
+    else:  # empty reasoning: the model closed the block the way the template closes it
+        closed = template.render(messages[:k], add_generation_prompt=True, enable_thinking=False)
+        closing = closed[len(prompt) :] if closed.startswith(prompt) else ""
+        if not CLOSING_THINK.fullmatch(closing):
+            raise TemplateMismatchError(
+                "prompt_not_prefix",
+                f"turn {k}: the generation prompt opens a think block the finished turn does not "
+                "render, and the template's thinking-off prompt does not show how it closes",
+            )
+        generated = closing + answer
+    return prompt + generated, len(prompt) + len(generated)
+
+
+def build_unterminated(generated: str, end_of_turn: str, answer: str) -> str:
+    """A cut answer as the engine left it: no end-of-turn, and no think block closed by the
+    template when the cut came inside the reasoning (there is no answer text)."""
+    text = generated.removesuffix(end_of_turn)
+    if not answer.strip():
+        closed = TRAILING_CLOSED_THINK.search(text)
+        if closed is not None:
+            text = text[: closed.start()]
+    return text
 
 
 def build_segments(

@@ -35,7 +35,8 @@ class Completion:
     reasoning: str | None
     output_token_ids: list[int] = field(default_factory=list)
     num_output_tokens: int | None = None
-    finish_reason: str = "stop"
+    # None when the source did not say: never assumed finished (the gates infer cut answers).
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)

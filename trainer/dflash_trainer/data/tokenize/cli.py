@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dflash_trainer.data.audit.vocab import VocabInfo
+from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
-from dflash_trainer.data.tokenize.core import TokenizeSettings
+from dflash_trainer.data.tokenize.core import TRUNCATED_POLICIES, TokenizeSettings
 from dflash_trainer.data.tokenize.stage import (
     MANIFEST,
     StageSettings,
@@ -25,6 +27,8 @@ from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for, write_json
 
 DEFAULT_MAX_SEQ_LEN = 3072  # the DFlash paper's training length
+# A template that cannot mask 1% of rows drops them and goes on; more is a wrong template.
+DEFAULT_MISMATCH_RATE = 0.01
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,8 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="last: the row's answer; all: every assistant turn (append-only templates)")  # fmt: skip
     p.add_argument("--end-of-turn", help="end-of-turn token (default: the tokenizer's eos)")
     p.add_argument("--chat-template", help="Jinja file overriding the tokenizer's chat template")
-    p.add_argument("--max-template-mismatch-rate", type=float, default=0.0,
-                   help="fraction of rows the template may fail to mask before the stage fails")  # fmt: skip
+    p.add_argument("--max-template-mismatch-rate", type=float, default=DEFAULT_MISMATCH_RATE,
+                   help="fraction of rows the template may fail to mask before the stage fails "
+                        "(spec.tokenization.maxTemplateMismatchRate; default 0.01)")  # fmt: skip
+    p.add_argument("--truncated-answers", choices=TRUNCATED_POLICIES, default="drop",
+                   help="answers cut by the generation limit: drop them (default) or keep them "
+                        "without an end of turn (spec.tokenization.truncatedAnswers)")  # fmt: skip
+    p.add_argument("--max-new-tokens", type=int,
+                   help="the generation limit: rows without finish_reason that reach it count "
+                        "as cut (spec.regeneration.maxNewTokens)")  # fmt: skip
     p.add_argument(
         "--workers",
         type=int,
@@ -76,6 +87,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.max_seq_len < 2:
         raise BadInputError(f"--max-seq-len {args.max_seq_len}: must be at least 2")
+    if not 0 <= args.max_template_mismatch_rate <= 1:
+        raise BadInputError(
+            f"--max-template-mismatch-rate {args.max_template_mismatch_rate}: must be in [0, 1]"
+        )
     for name in ("run_root", "input", "output"):
         if getattr(args, name):
             setattr(args, name, to_local_uri(getattr(args, name)))
@@ -97,7 +112,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model_dir=args.model,
         revision=args.revision,
         chat_template=override,
-        tokenize=TokenizeSettings(args.max_seq_len, eot, args.enable_thinking, args.supervise),
+        tokenize=TokenizeSettings(
+            args.max_seq_len, eot, args.enable_thinking, args.supervise,
+            args.truncated_answers, args.max_new_tokens,
+        ),  # fmt: skip
     )
     jobs = plan_jobs(args.input or join_uri(args.run_root, "regen"), output)
     stats, reused = run_shards(jobs, settings, args.workers)
@@ -110,9 +128,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"({mismatched / rows:.1%}, allowed {args.max_template_mismatch_rate:.1%}); first: "
             + " | ".join(examples)
         )
+    template = ChatTemplate.from_tokenizer(tokenizer, override)
+    vocab = VocabInfo.from_tokenizer(tokenizer, template, args.enable_thinking)
     extra = {
         "model": args.model,
-        "tokenizer": {
+        "tokenizer": vocab.to_manifest()
+        | {
             "endOfTurnId": ids.end_of_turn,
             "thinkStartId": single_token_id(tokenizer, THINK_START),
             "thinkEndId": single_token_id(tokenizer, THINK_END),
@@ -143,6 +164,9 @@ def _summary(manifest: Any) -> dict[str, Any]:
         "truncated": m.get("truncated", 0),
         "drift": m.get("drift", 0),
         "shards": len(m.get("shards", [])),
+        "truncatedAnswers": {
+            k: v for k, v in (m.get("truncatedAnswers") or {}).items() if k != "perSource"
+        },
     }
 
 

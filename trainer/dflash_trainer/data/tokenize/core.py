@@ -1,13 +1,20 @@
 """Tokenize a batch of completion rows into Arrow columns (contract section 4).
 
-Each row is rendered with the target's chat template, split into prompt/answer segments by
-`data.loss_mask`, and every segment of the batch is encoded in one parallel `encode_batch` call.
+A row the engine generated is tokenized from what the engine produced: the generation prompt
+(rendered by `data.chat_template`, exactly as regeneration rendered it) and the engine's own
+`output_token_ids`, never re-tokenized and never given an end of turn it did not generate.
+Rows without ids (imported completions) are rendered with the chat template and split into
+prompt/answer by `data.loss_mask`. Every text of a batch is encoded in one `encode_batch` call.
+
+Cut answers (finish_reason `length`, or no finish_reason at the generation limit) follow the
+policy `truncated_answers`: `drop` (default) or `keep` them unterminated; both are counted per
+source.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -16,9 +23,16 @@ import numpy as np
 import pyarrow as pa
 
 from dflash_trainer.data.chat_template import ChatTemplate
-from dflash_trainer.data.loss_mask import Segment, TemplateMismatchError, build_segments
+from dflash_trainer.data.loss_mask import (
+    Segment,
+    TemplateMismatchError,
+    build_segments,
+    build_unterminated,
+)
 
 MAX_MISMATCH_EXAMPLES = 5
+FINISH_LENGTH = "length"
+TRUNCATED_POLICIES = ("drop", "keep")
 TOKENIZED_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string()),
@@ -28,6 +42,8 @@ TOKENIZED_SCHEMA = pa.schema(
         pa.field("seq_len", pa.int32()),
         pa.field("truncated", pa.bool_()),
         pa.field("retokenize_drift", pa.bool_()),
+        # The answer was cut by the generation limit and kept unterminated (policy keep).
+        pa.field("answer_truncated", pa.bool_()),
     ]
 )
 
@@ -38,6 +54,16 @@ class TokenizeSettings:
     end_of_turn: str
     enable_thinking: bool = True
     supervise: str = "last"
+    truncated_answers: str = "drop"
+    # The generation limit: a row without finish_reason that reached it was probably cut.
+    max_new_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.truncated_answers not in TRUNCATED_POLICIES:
+            raise ValueError(
+                f"truncated_answers={self.truncated_answers!r}; accepted: "
+                + ", ".join(TRUNCATED_POLICIES)
+            )
 
 
 @dataclass
@@ -48,22 +74,21 @@ class TokenizeCounts:
     truncated: int = 0
     drift_checked: int = 0
     drift: int = 0
+    from_engine_ids: int = 0
     mismatches: Counter[str] = field(default_factory=Counter)
     mismatch_examples: list[str] = field(default_factory=list)
+    # source -> {"dropped", "kept", "probable"}: answers cut by the generation limit.
+    cut_answers: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
 
     def add(self, other: TokenizeCounts) -> None:
-        for name in (
-            "samples",
-            "tokens",
-            "supervised_tokens",
-            "truncated",
-            "drift_checked",
-            "drift",
-        ):
+        for name in ("samples", "tokens", "supervised_tokens", "truncated", "drift_checked",
+                     "drift", "from_engine_ids"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.mismatches.update(other.mismatches)
         room = MAX_MISMATCH_EXAMPLES - len(self.mismatch_examples)
         self.mismatch_examples.extend(other.mismatch_examples[: max(room, 0)])
+        for source, counts in other.cut_answers.items():
+            self.cut_answers[source].update(counts)
 
     @property
     def mismatched(self) -> int:
@@ -72,22 +97,44 @@ class TokenizeCounts:
 
 def build_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The prompt messages of a completion row plus its answer as the final assistant turn."""
-    prompt = row["prompt"]
-    messages = json.loads(prompt) if isinstance(prompt, str) else list(prompt)
     answer: dict[str, Any] = {"role": "assistant", "content": row.get("response") or ""}
     if row.get("reasoning") is not None:
         answer["reasoning_content"] = row["reasoning"]
-    return [*messages, answer]
+    return [*build_prompt(row), answer]
 
 
-def is_drifted(ours: list[int], engine: list[int], eot_id: int) -> bool:
-    """Whether re-tokenizing the rendered answer gives other ids than the engine generated.
+def build_prompt(row: dict[str, Any]) -> list[dict[str, Any]]:
+    prompt = row["prompt"]
+    return json.loads(prompt) if isinstance(prompt, str) else list(prompt)
 
-    An answer cut by max_tokens has no end-of-turn token from the engine; the template adds one.
-    """
-    if ours and engine and ours[-1] == eot_id and engine[-1] != eot_id:
-        ours = ours[:-1]
-    return ours != engine
+
+def cut_kind(row: dict[str, Any], max_new_tokens: int | None) -> str | None:
+    """"reported" when the engine said the answer was cut, "probable" when a row without a
+    finish_reason reached the generation limit, None otherwise."""
+    finish = row.get("finish_reason")
+    if finish == FINISH_LENGTH:
+        return "reported"
+    count = row.get("num_output_tokens")
+    if not finish and max_new_tokens and isinstance(count, int) and count >= max_new_tokens:
+        return "probable"
+    return None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One part of a row's sequence: text to encode, or ids the engine produced."""
+
+    supervised: bool
+    text: str = ""
+    ids: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    row: dict[str, Any]
+    pieces: list[Piece]
+    cut: bool
+    engine_ids: bool
 
 
 class RowTokenizer:
@@ -113,38 +160,65 @@ class RowTokenizer:
             self.settings.supervise,
         )
 
+    def plan_row(self, row: dict[str, Any], cut: bool) -> RowPlan:
+        """The pieces of one row; raises TemplateMismatchError when no correct mask exists."""
+        engine = row.get("output_token_ids")
+        if engine is not None and len(engine) and self.settings.supervise == "last":
+            prompt = self.template.render(
+                build_prompt(row), add_generation_prompt=True, enable_thinking=self.settings.enable_thinking
+            )
+            ids = [int(i) for i in engine]
+            return RowPlan(row, [Piece(False, prompt), Piece(True, ids=ids)], cut, True)
+        segs = self.segments(row)
+        if cut:  # the template closed the turn; the engine did not
+            last = segs[-1]
+            text = build_unterminated(last.text, self.settings.end_of_turn, row.get("response") or "")
+            segs = [*segs[:-1], Segment(text, last.supervised)]
+        return RowPlan(row, [Piece(s.supervised, s.text) for s in segs], cut, False)
+
     def tokenize(self, rows: list[dict[str, Any]]) -> tuple[pa.Table, TokenizeCounts]:
         counts = TokenizeCounts()
-        kept: list[tuple[dict[str, Any], list[Segment]]] = []
+        plans: list[RowPlan] = []
         for row in rows:
+            kind = cut_kind(row, self.settings.max_new_tokens)
+            source = str(row.get("source"))
+            if kind is not None:
+                if kind == "probable":
+                    counts.cut_answers[source]["probable"] += 1
+                if self.settings.truncated_answers == "drop":
+                    counts.cut_answers[source]["dropped"] += 1
+                    continue
+                counts.cut_answers[source]["kept"] += 1
             try:
-                kept.append((row, self.segments(row)))
+                plans.append(self.plan_row(row, kind is not None))
             except TemplateMismatchError as exc:
                 counts.mismatches[exc.kind] += 1
                 if len(counts.mismatch_examples) < MAX_MISMATCH_EXAMPLES:
                     counts.mismatch_examples.append(f"{row.get('id')} ({row.get('source')}): {exc}")
-        texts = [seg.text for _, segs in kept for seg in segs]
-        encodings = self._encode(texts, add_special_tokens=False) if texts else []
-        return self._assemble(kept, encodings, counts), counts
+        texts = [p.text for plan in plans for p in plan.pieces if p.ids is None]
+        encodings = iter(self._encode(texts, add_special_tokens=False) if texts else [])
+        piece_ids = [
+            p.ids if p.ids is not None else next(encodings).ids
+            for plan in plans
+            for p in plan.pieces
+        ]
+        counts.from_engine_ids = sum(plan.engine_ids for plan in plans)
+        return self._assemble(plans, piece_ids, counts), counts
 
     def _assemble(
-        self,
-        kept: list[tuple[dict[str, Any], list[Segment]]],
-        encodings: list[Any],
-        counts: TokenizeCounts,
+        self, plans: list[RowPlan], piece_ids: list[list[int]], counts: TokenizeCounts
     ) -> pa.Table:
-        """Concatenate each row's segments, mask them, cut at maxSeqLen: whole-batch numpy."""
-        seg_ids = [e.ids for e in encodings]
-        seg_len = np.fromiter(map(len, seg_ids), dtype=np.int64, count=len(seg_ids))
+        """Concatenate each row's pieces, mask them, cut at maxSeqLen: whole-batch numpy."""
+        seg_len = np.fromiter(map(len, piece_ids), dtype=np.int64, count=len(piece_ids))
         seg_sup = np.fromiter(
-            (s.supervised for _, segs in kept for s in segs), dtype=np.int8, count=len(seg_ids)
+            (p.supervised for plan in plans for p in plan.pieces), dtype=np.int8, count=len(piece_ids)
         )
-        seg_count = np.fromiter((len(segs) for _, segs in kept), dtype=np.int64, count=len(kept))
-        first_seg = (np.cumsum(seg_count) - seg_count).astype(np.int64)
+        seg_count = np.fromiter((len(plan.pieces) for plan in plans), dtype=np.int64, count=len(plans))
         total = int(seg_len.sum())
-        flat_ids = np.fromiter(chain.from_iterable(seg_ids), dtype=np.int32, count=total)
+        flat_ids = np.fromiter(chain.from_iterable(piece_ids), dtype=np.int32, count=total)
         flat_mask = np.repeat(seg_sup, seg_len)
-        full_len = np.add.reduceat(seg_len, first_seg) if len(kept) else seg_len[:0]
+        first_seg = (np.cumsum(seg_count) - seg_count).astype(np.int64)
+        full_len = np.add.reduceat(seg_len, first_seg) if len(plans) else seg_len[:0]
         # Truncate every row at maxSeqLen at once: keep the positions < max_seq_len of each row.
         max_len = self.settings.max_seq_len
         cut = full_len > max_len
@@ -153,45 +227,51 @@ class RowTokenizer:
             keep = np.arange(total) - row_start < max_len
             flat_ids, flat_mask = flat_ids[keep], flat_mask[keep]
         seq_len = np.minimum(full_len, max_len)
-        offsets = np.zeros(len(kept) + 1, dtype=np.int32)
+        offsets = np.zeros(len(plans) + 1, dtype=np.int32)
         np.cumsum(seq_len, out=offsets[1:])
-        drift = self._drift(kept, seg_ids, first_seg, seg_count, counts)
-        counts.samples = len(kept)
+        drift = self._drift(plans, piece_ids, first_seg, seg_count, counts)
+        counts.samples = len(plans)
         counts.truncated += int(cut.sum())
         counts.tokens += int(seq_len.sum())
         counts.supervised_tokens += int(flat_mask.sum(dtype=np.int64))
         offs = pa.array(offsets)
         return pa.table(
             {
-                "id": pa.array([r.get("id") for r, _ in kept], pa.string()),
-                "source": pa.array([r.get("source") for r, _ in kept], pa.string()),
+                "id": pa.array([p.row.get("id") for p in plans], pa.string()),
+                "source": pa.array([p.row.get("source") for p in plans], pa.string()),
                 "input_ids": pa.ListArray.from_arrays(offs, pa.array(flat_ids)),
                 "loss_mask": pa.ListArray.from_arrays(offs, pa.array(flat_mask)),
                 "seq_len": pa.array(seq_len.astype(np.int32), pa.int32()),
                 "truncated": pa.array(cut, pa.bool_()),
                 "retokenize_drift": pa.array(drift, pa.bool_()),
+                "answer_truncated": pa.array([p.cut for p in plans], pa.bool_()),
             },
             schema=TOKENIZED_SCHEMA,
         )
 
     def _drift(
         self,
-        kept: list[tuple[dict[str, Any], list[Segment]]],
-        seg_ids: list[list[int]],
+        plans: list[RowPlan],
+        piece_ids: list[list[int]],
         first_seg: np.ndarray,
         seg_count: np.ndarray,
         counts: TokenizeCounts,
     ) -> list[bool | None]:
-        """Per row: did re-tokenizing the answer change the engine's ids (None: no ids)."""
-        out: list[bool | None] = []
-        rows = zip(kept, first_seg.tolist(), seg_count.tolist(), strict=True)
-        for (row, _), first, n in rows:
-            engine = row.get("output_token_ids")
-            if not engine or self.settings.supervise != "last":
-                out.append(None)
-                continue
-            drifted = is_drifted(seg_ids[first + n - 1], list(engine), self.eot_id)
-            counts.drift_checked += 1
+        """Per row with engine ids: does our tokenizer re-encode the engine's text to other ids?
+
+        A high rate means the tokenizer differs from the one the engine used (another revision
+        or model). Training uses the engine's ids either way; None: no engine ids.
+        """
+        out: list[bool | None] = [None] * len(plans)
+        checked = [i for i, plan in enumerate(plans) if plan.engine_ids]
+        if not checked:
+            return out
+        engine = [piece_ids[int(first_seg[i] + seg_count[i] - 1)] for i in checked]
+        texts = self.backend.decode_batch(engine, skip_special_tokens=False)
+        again = self._encode(texts, add_special_tokens=False)
+        for i, ids, enc in zip(checked, engine, again, strict=True):
+            drifted = list(enc.ids) != list(ids)
+            out[i] = drifted
             counts.drift += int(drifted)
-            out.append(drifted)
+        counts.drift_checked += len(checked)
         return out

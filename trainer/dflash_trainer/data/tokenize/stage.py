@@ -31,7 +31,8 @@ from dflash_trainer.data.tokenize.core import (
 )
 from dflash_trainer.storage import join_uri, read_json, sha256_file, store_for, write_json
 
-INPUT_COLUMNS = ["id", "source", "prompt", "response", "reasoning", "output_token_ids"]
+INPUT_COLUMNS = ["id", "source", "prompt", "response", "reasoning", "output_token_ids",
+                 "finish_reason", "num_output_tokens"]  # fmt: skip
 READ_BATCH_ROWS = 1024
 MANIFEST = "_SUCCESS.json"
 
@@ -105,6 +106,8 @@ def tokenize_shard(job: ShardJob, row_tokenizer: RowTokenizer, fingerprint: str)
             "truncated": counts.truncated,
             "driftChecked": counts.drift_checked,
             "drift": counts.drift,
+            "fromEngineIds": counts.from_engine_ids,
+            "cutAnswers": {src: dict(c) for src, c in sorted(counts.cut_answers.items())},
             "templateMismatches": dict(counts.mismatches),
             "mismatchExamples": counts.mismatch_examples,
             "fingerprint": fingerprint,
@@ -173,9 +176,14 @@ def build_manifest(
         return sum(int(s.get(key, 0)) for s in stats)
 
     mismatches: dict[str, int] = {}
+    cut: dict[str, dict[str, int]] = {}
     for s in stats:
         for kind, n in s.get("templateMismatches", {}).items():
             mismatches[kind] = mismatches.get(kind, 0) + int(n)
+        for source, counts in s.get("cutAnswers", {}).items():
+            mine = cut.setdefault(source, {"dropped": 0, "kept": 0, "probable": 0})
+            for key, n in counts.items():
+                mine[key] = mine.get(key, 0) + int(n)
     return {
         "shards": [
             {k: s[k] for k in ("path", "sha256", "bytes", "rows", "tokens", "supervisedTokens")}
@@ -188,6 +196,14 @@ def build_manifest(
         "driftChecked": total("driftChecked"),
         "drift": total("drift"),
         "templateMismatches": mismatches,
+        "fromEngineIds": total("fromEngineIds"),
+        "truncatedAnswers": {
+            "policy": settings.tokenize.truncated_answers,
+            "dropped": sum(c["dropped"] for c in cut.values()),
+            "kept": sum(c["kept"] for c in cut.values()),
+            "probable": sum(c["probable"] for c in cut.values()),
+            "perSource": cut,
+        },
         "maxSeqLen": settings.tokenize.max_seq_len,
         "enableThinking": settings.tokenize.enable_thinking,
         "supervise": settings.tokenize.supervise,
