@@ -52,7 +52,9 @@ class CompletionsGate(ApiModel):
         0.02, "Most answers with no text after the think block allowed."
     )
     max_top_response_share: float = _rate(
-        0.05, "Largest share of samples allowed to carry one identical answer text."
+        0.05,
+        "Largest share of samples allowed to carry one identical completion (reasoning and "
+        "answer: a common short answer after distinct reasoning is healthy).",
     )
     max_truncation_rate: float = _rate(
         0.05,
@@ -60,6 +62,17 @@ class CompletionsGate(ApiModel):
     )
     max_stray_think_rate: float = _rate(
         0.01, "Most answers allowed with a <think> or </think> tag left in the answer text."
+    )
+    max_silent_truncation_rate: float = _rate(
+        0.05,
+        "Most completions allowed that are not reported as cut but sit at "
+        "regeneration.maxNewTokens, or at a spike at the top of their source's lengths "
+        "(imported completions without finish_reason).",
+    )
+    max_wrong_language_rate: float = _rate(
+        0.05,
+        "Most answers allowed written in a script the prompt does not use (an English prompt "
+        "answered in Chinese).",
     )
 
 
@@ -86,14 +99,6 @@ class TokensGate(ApiModel):
         0.05,
         "Most samples allowed with no supervised </think> (checked when target.thinking is on).",
     )
-    min_thinking_tokens: int = Field(
-        default=3,
-        ge=1,
-        description=(
-            "Thinking with fewer tokens than this between the tags counts as empty "
-            "(<think>\\n\\n</think> has 1)."
-        ),
-    )
     min_supervised_tokens: int = Field(
         default=1000, ge=0, description="Fewest supervised tokens in the whole dataset."
     )
@@ -102,11 +107,18 @@ class TokensGate(ApiModel):
         "Most samples allowed whose re-tokenized answer differs from the token ids the "
         "engine generated.",
     )
+    max_mask_error_rate: float = _rate(
+        0.01,
+        "Most samples allowed whose loss mask supervises anything but assistant answers: the "
+        "prompt, a turn header, or everything (an all-ones mask).",
+    )
 
 
 _GATE_GROUPS = ("prompts", "completions", "tokens")
 # Fields that tune how checks measure, not the bound of one check (the trainer's SETTINGS).
-SETTING_FIELDS = frozenset({"min_source_samples", "stub_tokens", "min_thinking_tokens"})
+SETTING_FIELDS = frozenset(
+    {"min_source_samples", "stub_tokens", "min_thinking_tokens", "loop_ngram_share"}
+)
 # Checks that share another check's threshold.
 _ALSO_CHECKS = {"min_samples": " (per source, in the prompts gate: source_samples)"}
 
@@ -152,11 +164,12 @@ class AuditSpec(ApiModel):
         default=1, ge=0, description="Fewest samples a gate accepts; an empty dataset fails."
     )
     min_source_samples: int = Field(
-        default=20,
+        default=50,
         ge=1,
         description=(
-            "Per-source checks only judge sources with at least this many samples (a rate "
-            "over 3 samples is noise)."
+            "Per-source checks only judge sources with at least this many samples. Rates are "
+            "judged with a one-sided 99% Wilson bound: at 50 samples a source at 3x a 5% "
+            "limit fails 64% of the time, at 20 samples 35%."
         ),
     )
     stub_tokens: int = Field(
@@ -172,6 +185,55 @@ class AuditSpec(ApiModel):
         0.05,
         "Most answers with an empty think block (<think>\\n\\n</think>) allowed (completions "
         "and tokens gates, when target.thinking is on).",
+    )
+    min_thinking_tokens: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Reasoning with at least one but fewer than this many tokens (whitespace and the "
+            "tags not counted) is near-empty; none at all is empty."
+        ),
+    )
+    max_near_empty_thinking_rate: float = _rate(
+        0.05,
+        "Most answers allowed whose reasoning is near-empty (1 to minThinkingTokens-1 tokens), "
+        "when target.thinking is on.",
+    )
+    min_completion_tokens_p10: int = Field(
+        default=24,
+        ge=0,
+        description=(
+            "Floor of a source's 10th percentile of generated tokens (thinking + answer): "
+            "generic short answers that are not identical."
+        ),
+    )
+    min_completion_tokens_p50: int = Field(
+        default=64,
+        ge=0,
+        description="Floor of a source's median of generated tokens (thinking + answer).",
+    )
+    min_thinking_tokens_p10: int = Field(
+        default=8,
+        ge=0,
+        description="Floor of a source's 10th percentile of reasoning tokens (thinking on).",
+    )
+    min_thinking_tokens_p50: int = Field(
+        default=32,
+        ge=0,
+        description="Floor of a source's median of reasoning tokens (thinking on).",
+    )
+    max_duplicate_completion_rate: float = _rate(
+        0.05,
+        "Most completions allowed that repeat an earlier one of their source (completions: "
+        "equal after folding case and whitespace; tokens: equal supervised ids).",
+    )
+    loop_ngram_share: float = _rate(
+        0.5,
+        "A completion is a repetition loop when more than this share of its token 4-grams "
+        "repeat an earlier 4-gram of the same completion (healthy text: a few percent).",
+    )
+    max_repetition_rate: float = _rate(
+        0.05, "Most completions allowed that are repetition loops, even ending in a stop token."
     )
     prompts: PromptsGate = nested(PromptsGate, "Prompts gate thresholds.")
     completions: CompletionsGate = nested(CompletionsGate, "Completions gate thresholds.")

@@ -98,6 +98,13 @@ def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _generation_limit(spec: DFlashRunSpec) -> list[str]:
+    """The limit the target generated under (imported completions have none we know of)."""
+    if not spec.regeneration.enabled:
+        return []
+    return ["--max-new-tokens", str(spec.regeneration.max_new_tokens)]
+
+
 def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
     """`python -m dflash_trainer.data.audit --gate <gate>`: exit 0 pass, 3 fail."""
     return [
@@ -108,6 +115,7 @@ def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str
         *_model_args(spec),
         "--block-size", str(spec.drafter.block_size),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
+        *(_generation_limit(spec) if gate == Gate.COMPLETIONS else []),
         *([] if spec.target.thinking else ["--no-thinking"]),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
@@ -121,6 +129,9 @@ def build_tokenize_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
         *_model_args(spec),
         _thinking(spec.target.thinking),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
+        "--truncated-answers", spec.tokenization.truncated_answers.value.lower(),
+        "--max-template-mismatch-rate", str(spec.tokenization.max_template_mismatch_rate),
+        *_generation_limit(spec),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 

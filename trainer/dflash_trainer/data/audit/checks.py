@@ -77,7 +77,7 @@ CHECKS: tuple[Check, ...] = (
           "of samples have empty thinking"),
     Check("stub_rate", "*", "max_stub_rate", "max", "of samples are stubs"),
     Check("top_response_share", "completions", "max_top_response_share", "max",
-          "of samples share one identical answer"),
+          "of samples share one identical completion"),
     Check("truncation_rate", "completions", "max_truncation_rate", "max",
           "of generations hit maxTokens"),
     Check("stray_think_rate", "completions", "max_stray_think_rate", "max",

@@ -160,13 +160,17 @@ def tokenized_manifest(path: str) -> dict[str, Any]:
     return {}
 
 
-def load_vocab(args: argparse.Namespace, tokenizer: Any, manifest: dict[str, Any]) -> VocabInfo | None:
+def load_vocab(
+    args: argparse.Namespace, tokenizer: Any, manifest: dict[str, Any]
+) -> VocabInfo | None:
     """The vocabulary facts the gates use: from the tokenizer (`--model`), else the tokenize
     stage's manifest, else unknown."""
     if tokenizer is not None:
         from dflash_trainer.data.chat_template import ChatTemplate
 
-        override = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+        override = (
+            Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+        )
         try:
             template = ChatTemplate.from_tokenizer(tokenizer, override)
         except BadInputError:

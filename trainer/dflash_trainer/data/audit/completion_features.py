@@ -68,7 +68,9 @@ def _estimated_tokens(texts: pa.Array) -> np.ndarray:
     return estimate
 
 
-def _generated_tokens(batch: pa.RecordBatch, response: pa.Array, reasoning: pa.Array | None) -> tuple[np.ndarray, np.ndarray]:
+def _generated_tokens(
+    batch: pa.RecordBatch, response: pa.Array, reasoning: pa.Array | None
+) -> tuple[np.ndarray, np.ndarray]:
     """(generated tokens, whether the count is known) per row."""
     estimate = _estimated_tokens(response)
     if reasoning is not None:
@@ -129,6 +131,21 @@ def _prompt_text(batch: pa.RecordBatch) -> pa.Array | None:
     for noise in PROMPT_JSON_NOISE:
         tail = pc.replace_substring(tail, noise, " ")
     return tail
+
+
+def whole_completion_texts(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's whole completion as one text: the reasoning (when there is any), a separator,
+    the answer. Repetition of the answer alone is no defect: long, distinct reasoning that ends
+    in a common short answer ("42", "Yes.") is healthy data."""
+    response = large_strings(batch, "response")
+    if response is None:
+        raise ValueError("completion batches need a 'response' column")
+    response = response.fill_null("")
+    reasoning = large_strings(batch, "reasoning")
+    if reasoning is None:
+        return response
+    joined = completion_texts(reasoning, response)
+    return pc.if_else(pa.array(_is_blank(reasoning)), response, joined)
 
 
 def completion_features(

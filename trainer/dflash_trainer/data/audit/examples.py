@@ -14,9 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dflash_trainer.data.audit.checks import Violation
-from dflash_trainer.data.audit.completion_features import CompletionSettings, completion_features
+from dflash_trainer.data.audit.completion_features import (
+    CompletionSettings,
+    completion_features,
+    whole_completion_texts,
+)
 from dflash_trainer.data.audit.histogram import TEXT_KEY_CHARS
 from dflash_trainer.data.audit.metrics import GateMetrics, GroupMetrics, SourceIndex
+from dflash_trainer.data.audit.metrics_completions import TOP_TEXT_CHARS
 from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, token_features
 from dflash_trainer.data.audit.thresholds import Thresholds
 
@@ -125,7 +130,11 @@ class ExampleCollector:
         # check -> source -> examples still wanted (ANY_SOURCE: the check failed overall only)
         self.quota: dict[str, dict[str, int]] = {}
         for v in violations:
-            if v.check not in ROW_PREDICATES and v.check not in LENGTH_FLOORS and v.check not in SPECIAL:
+            if (
+                v.check not in ROW_PREDICATES
+                and v.check not in LENGTH_FLOORS
+                and v.check not in SPECIAL
+            ):
                 continue
             named = v.sources[:MAX_SOURCES_WITH_EXAMPLES] or [ANY_SOURCE]
             base, extra = divmod(EXAMPLES_PER_CHECK, len(named))
@@ -172,27 +181,39 @@ class ExampleCollector:
                 if "has_thinking_end" in feats:
                     hits &= feats["has_thinking_end"]
             return hits
-        details = self._group(source).details
+        return self._group_hits(check, self._group(source).details, feats, batch)
+
+    def _group_hits(
+        self,
+        check: str,
+        details: dict[str, Any],
+        feats: dict[str, np.ndarray],
+        batch: pa.RecordBatch,
+    ) -> np.ndarray | None:
+        """Rows showing a check whose culprit is a per-source value (a mode, a top text...)."""
+        hits: np.ndarray | None = None
         if check == "loss_mask_mode_share":
-            return feats["mask_sum"] == int(details.get("lossMaskMode", {}).get("value", -1))
-        if check == "supervised_fraction":
+            hits = feats["mask_sum"] == int(details.get("lossMaskMode", {}).get("value", -1))
+        elif check == "supervised_fraction":
             frac = feats["mask_sum"] / np.maximum(feats["seq_len"], 1)
-            return frac < self.thresholds.min_supervised_fraction
-        if check == "top_response_share":
+            hits = frac < self.thresholds.min_supervised_fraction
+        elif check == "top_response_share":
+            # The report keeps the first TOP_TEXT_CHARS of the top completion: match its start.
             text = str(details.get("topResponse", {}).get("text", ""))
-            key = pc.utf8_slice_codeunits(batch.column("response").fill_null(""), 0, TEXT_KEY_CHARS)
-            return pc.equal(key, text).to_numpy(zero_copy_only=False).astype(bool)
-        if check == "silent_truncation_rate":
+            key = pc.utf8_slice_codeunits(whole_completion_texts(batch), 0, TEXT_KEY_CHARS)
+            same = pc.equal(key, text) if len(text) < TOP_TEXT_CHARS else pc.starts_with(key, text)
+            hits = same.to_numpy(zero_copy_only=False).astype(bool)
+        elif check == "silent_truncation_rate":
             spikes = details.get("truncation", {}).get("topSpikeLengths", [])
-            hits = feats.get("at_limit", np.zeros(batch.num_rows, dtype=bool)).copy()
+            at_limit = feats.get("at_limit", np.zeros(batch.num_rows, dtype=bool))
             at_spike = np.isin(feats["output_tokens"], np.asarray(spikes, dtype=np.int64))
-            return hits | (at_spike & feats["known_tokens"] & ~feats["truncated"])
-        if check == "duplicate_completion_rate":
+            hits = at_limit | (at_spike & feats["known_tokens"] & ~feats["truncated"])
+        elif check == "duplicate_completion_rate":
             repeated = details.get("duplicates", {}).get("mostRepeated", [])
             keys = np.array([int(r["key"], 16) for r in repeated], dtype=np.uint64)
             key_name = "near_key" if "near_key" in feats else "span_key"
-            return np.isin(feats[key_name], keys) if len(keys) else None
-        return None
+            hits = np.isin(feats[key_name], keys) if len(keys) else None
+        return hits
 
     def add(self, batch: pa.RecordBatch) -> None:
         if self.done or batch.num_rows == 0:

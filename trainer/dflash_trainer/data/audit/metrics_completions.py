@@ -16,6 +16,7 @@ from dflash_trainer.data.audit.completion_features import (
     BYTES_PER_TOKEN_ESTIMATE,
     CompletionSettings,
     completion_features,
+    whole_completion_texts,
 )
 from dflash_trainer.data.audit.histogram import IntHistogram, TopValues
 from dflash_trainer.data.audit.metrics import (
@@ -99,10 +100,14 @@ class CompletionsAccumulator:
             thinks = ~feats["empty_thinking"]
             add_histograms(self.thinking_hist, feats["thinking_tokens"][thinks], src[thinks], names)
         unreported = feats["known_tokens"] & ~feats["truncated"]
-        add_histograms(self.unreported_hist, feats["output_tokens"][unreported], src[unreported], names)
+        add_histograms(
+            self.unreported_hist, feats["output_tokens"][unreported], src[unreported], names
+        )
         unknown = unreported & feats["finish_unknown"]
-        add_histograms(self.unknown_finish_hist, feats["output_tokens"][unknown], src[unknown], names)
-        response = batch.column("response")
+        add_histograms(
+            self.unknown_finish_hist, feats["output_tokens"][unknown], src[unknown], names
+        )
+        response = whole_completion_texts(batch)
         self.top_all.add(response)
         for i in np.unique(src):
             name = names[int(i)]
@@ -158,8 +163,14 @@ class CompletionsAccumulator:
         counts = {check: (value, float(samples)) for check, value in events.items()}
         top_text, top_count = top.top()
         counts["top_response_share"] = (float(top_count), float(samples))
-        counts["completion_tokens_p10"] = (hist.count_below(t.min_completion_tokens_p10), hist.total)
-        counts["completion_tokens_p50"] = (hist.count_below(t.min_completion_tokens_p50), hist.total)
+        counts["completion_tokens_p10"] = (
+            hist.count_below(t.min_completion_tokens_p10),
+            hist.total,
+        )
+        counts["completion_tokens_p50"] = (
+            hist.count_below(t.min_completion_tokens_p50),
+            hist.total,
+        )
         if get["loop_measured"]:
             counts["repetition_rate"] = (get["loop"], get["loop_measured"])
         if get["language_judged"]:
@@ -167,8 +178,14 @@ class CompletionsAccumulator:
         if t.expect_thinking and thinking is not None:
             counts["empty_thinking_rate"] = (get["empty_thinking"], float(samples))
             counts["near_empty_thinking_rate"] = (get["near_empty_thinking"], float(samples))
-            counts["thinking_tokens_p10"] = (thinking.count_below(t.min_thinking_tokens_p10), thinking.total)
-            counts["thinking_tokens_p50"] = (thinking.count_below(t.min_thinking_tokens_p50), thinking.total)
+            counts["thinking_tokens_p10"] = (
+                thinking.count_below(t.min_thinking_tokens_p10),
+                thinking.total,
+            )
+            counts["thinking_tokens_p50"] = (
+                thinking.count_below(t.min_thinking_tokens_p50),
+                thinking.total,
+            )
         values = {"samples": float(samples)}
         for check, (ev, trials) in counts.items():
             values[check] = ratio(ev, trials)
@@ -200,7 +217,10 @@ class CompletionsAccumulator:
                 ],
             },
             "repetition": {"measured": int(get["loop_measured"]), "loops": int(get["loop"])},
-            "language": {"judged": int(get["language_judged"]), "wrong": int(get["wrong_language"])},
+            "language": {
+                "judged": int(get["language_judged"]),
+                "wrong": int(get["wrong_language"]),
+            },
         }
         if thinking is not None and t.expect_thinking:
             details["thinkingTokens"] = thinking.summary()
@@ -210,7 +230,11 @@ class CompletionsAccumulator:
         limit = self.settings.max_new_tokens
         if not limit:
             return 0
-        hists = self.unknown_finish_hist.values() if name is None else [self.unknown_finish_hist.get(name)]
+        hists = (
+            self.unknown_finish_hist.values()
+            if name is None
+            else [self.unknown_finish_hist.get(name)]
+        )
         return sum(int(h.counts[limit:].sum()) for h in hists if h is not None)
 
     def _keys(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -247,7 +271,11 @@ class CompletionsAccumulator:
         exact_total, near_total = int(dup_overall[0].sum()), int(dup_overall[1].sum())
         overall.counts["duplicate_completion_rate"] = (float(near_total), samples)
         overall.values["duplicate_completion_rate"] = ratio(near_total, samples)
-        overall.details["duplicates"] = {"exact": exact_total, "near": near_total, "mostRepeated": []}
+        overall.details["duplicates"] = {
+            "exact": exact_total,
+            "near": near_total,
+            "mostRepeated": [],
+        }
         self.length_hist[OVERALL] = hist_all
         histograms = {OUTPUT_TOKENS_PLOT: self.length_hist}
         if thinking_all is not None:

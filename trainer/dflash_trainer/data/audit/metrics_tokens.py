@@ -165,8 +165,8 @@ def token_features(
         feats["drift_checked"] = col.is_valid().to_numpy(zero_copy_only=False)
         feats["drift"] = col.fill_null(False).to_numpy(zero_copy_only=False)
     if "answer_truncated" in names:
-        feats["answer_truncated"] = batch.column("answer_truncated").fill_null(False).to_numpy(
-            zero_copy_only=False
+        feats["answer_truncated"] = (
+            batch.column("answer_truncated").fill_null(False).to_numpy(zero_copy_only=False)
         )
     if "input_ids" not in names:
         return feats
@@ -274,9 +274,13 @@ class TokensAccumulator:
             counts["near_empty_thinking_rate"] = (get["near_empty_thinking"], n)
             if thinking is not None and thinking.total:
                 counts["thinking_tokens_p10"] = (
-                    thinking.count_below(t.min_thinking_tokens_p10), thinking.total)
+                    thinking.count_below(t.min_thinking_tokens_p10),
+                    thinking.total,
+                )
                 counts["thinking_tokens_p50"] = (
-                    thinking.count_below(t.min_thinking_tokens_p50), thinking.total)
+                    thinking.count_below(t.min_thinking_tokens_p50),
+                    thinking.total,
+                )
         if get["drift_checked"]:
             counts["drift_rate"] = (get["drift"], get["drift_checked"])
         if get["loop_measured"]:
@@ -329,7 +333,9 @@ class TokensAccumulator:
         mask_all = overall_histogram(self.mask_hist)
         len_all = overall_histogram(self.len_hist)
         thinking_all = overall_histogram(self.thinking_hist) if self.thinking_hist else None
-        overall = self._group({k: c.total(k) for k in COUNTERS}, mask_all, len_all, thinking_all, None)
+        overall = self._group(
+            {k: c.total(k) for k in COUNTERS}, mask_all, len_all, thinking_all, None
+        )
         if self.keys:  # duplicates are counted within each source; overall is their sum
             dups = sum(g.details["duplicates"]["exact"] for g in sources.values())
             overall.counts["duplicate_completion_rate"] = (float(dups), float(overall.samples))

@@ -69,7 +69,8 @@ def span_hashes(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
         return out
     pos, span = span_positions(starts, ends)
     if len(pos) == 0:
-        return out + (ends - starts).astype(np.uint64)
+        empty: np.ndarray = out + (ends - starts).astype(np.uint64)
+        return empty
     offset_in_span = pos - starts[span]
     weights = _SPAN_WEIGHTS[offset_in_span % SPAN_WEIGHTS_SIZE]
     terms = (ids[pos].astype(np.uint64) + np.uint64(1)) * weights
@@ -77,4 +78,5 @@ def span_hashes(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     nonempty = lengths > 0
     first = (np.cumsum(lengths) - lengths)[nonempty]
     out[nonempty] = np.add.reduceat(terms, first)
-    return out + lengths.astype(np.uint64) * NGRAM_MULTIPLIER
+    hashed: np.ndarray = out + lengths.astype(np.uint64) * NGRAM_MULTIPLIER
+    return hashed

@@ -61,7 +61,11 @@ def binomial_tail(samples: int, rate: float, at_least: int) -> float:
             - math.lgamma(k + 1)
             - math.lgamma(samples - k + 1)
             + (k * math.log(rate) if rate > 0 else (0.0 if k == 0 else -math.inf))
-            + ((samples - k) * math.log1p(-rate) if rate < 1 else (0.0 if k == samples else -math.inf))
+            + (
+                (samples - k) * math.log1p(-rate)
+                if rate < 1
+                else (0.0 if k == samples else -math.inf)
+            )
         )
     return min(1.0, total)
 
@@ -78,6 +82,8 @@ def events_to_fail(samples: int, limit: float, z: float = CONFIDENCE_Z) -> int:
     return lo
 
 
-def false_alarm_rate(samples: int, true_rate: float, limit: float, z: float = CONFIDENCE_Z) -> float:
+def false_alarm_rate(
+    samples: int, true_rate: float, limit: float, z: float = CONFIDENCE_Z
+) -> float:
     """Chance that a source of `samples` rows with `true_rate` fails a check at `limit`."""
     return binomial_tail(samples, true_rate, events_to_fail(samples, limit, z))

@@ -43,7 +43,7 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     for check, rows_ in report.examples.items():
         if rows_:
             first = rows_[0]
-            key = next(
+            key: str = next(
                 k for k in ("supervised", "response", "supervisedIds", "where") if k in first
             )
             if check in TAIL_CHECKS:
@@ -61,7 +61,7 @@ def describe_violation(x: Violation) -> str:
     if source is None:
         where = f" in {', '.join(x.sources[:3])}" if x.sources else ""
         return f"{x.check} {format_cell(x.check, x.value)} (limit {limit}){where}"
-    others = [s for s in x.sources[1:3]]
+    others = list(x.sources[1:3])
     also = f"; also {', '.join(others)}" if others else ""
     return (
         f"{x.check} {format_cell(x.check, value)} in {source} (limit {limit}, overall "

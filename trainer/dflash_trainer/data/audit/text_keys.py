@@ -22,7 +22,9 @@ CASE_BIT = np.uint8(32)
 
 def is_ascii_whitespace(data: np.ndarray) -> np.ndarray:
     """Bytes in str.split()'s ASCII whitespace set; uint8 arithmetic (wrapping), no lookups."""
-    return (data == SPACE) | ((data - TAB) <= CONTROL_WHITESPACE)
+    out: np.ndarray = (data == SPACE) | ((data - TAB) <= CONTROL_WHITESPACE)
+    return out
+
 
 def string_buffers(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-8 bytes, rows + 1 offsets from 0) of a string array; nulls are empty strings."""
@@ -47,7 +49,7 @@ def string_buffers(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nd
 
 def hash_rows(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """xxh3-64 of each row's bytes, as uint64."""
-    view = memoryview(np.ascontiguousarray(data))
+    view = memoryview(np.ascontiguousarray(data).data)
     bounds = zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
     digest = xxhash.xxh3_64_intdigest
     return np.fromiter(
@@ -76,9 +78,7 @@ def normalize_bytes(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
     upper = (data - UPPER_A) < LETTERS
     normalized = np.where(is_ws, SPACE, data + (upper * CASE_BIT).astype(np.uint8))
     out = normalized[~drop] if len(dropped_at) else normalized
-    dropped = np.bincount(
-        np.searchsorted(offsets, dropped_at, side="right") - 1, minlength=rows
-    )
+    dropped = np.bincount(np.searchsorted(offsets, dropped_at, side="right") - 1, minlength=rows)
     kept = np.diff(offsets) - dropped
     new_offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(kept, out=new_offsets[1:])

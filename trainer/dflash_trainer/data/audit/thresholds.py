@@ -34,8 +34,8 @@ class Thresholds(BaseModel):
         default=50,
         ge=1,
         description="Per-source checks only judge sources with at least this many samples. "
-        "Below 50, even a source at 3x a 5% limit is caught less than half the time "
-        "(docs/audit-gates.md, false alarms and power).",
+        "Rates are judged with a one-sided 99% Wilson bound: at 50 samples a source at 3x a "
+        "5% limit fails 64% of the time, at 20 samples 35% (docs/audit-gates.md).",
     )
     expect_thinking: bool = Field(
         default=True,
@@ -150,7 +150,8 @@ class Thresholds(BaseModel):
         default=0.05,
         ge=0,
         le=1,
-        description="Largest share of samples allowed to carry one identical answer text.",
+        description="Largest share of samples allowed to carry one identical completion (reasoning and "
+        "answer: a common short answer after distinct reasoning is healthy).",
     )
     max_truncation_rate: float = Rate(
         default=0.05,
@@ -231,7 +232,13 @@ class Thresholds(BaseModel):
 # Fields that tune how checks measure rather than bound one check: every other field is the
 # threshold of exactly the check named after it (`maxStubRate` bounds `stub_rate`).
 SETTINGS = frozenset(
-    {"min_source_samples", "stub_tokens", "expect_thinking", "min_thinking_tokens", "loop_ngram_share"}
+    {
+        "min_source_samples",
+        "stub_tokens",
+        "expect_thinking",
+        "min_thinking_tokens",
+        "loop_ngram_share",
+    }
 )
 
 

@@ -125,7 +125,7 @@ def _assistant_header(tokenizer: Any, template: Any, enable_thinking: bool) -> t
     try:
         turn = template.render(PROBE, add_generation_prompt=False, enable_thinking=enable_thinking)
         prompt = template.render(PROBE, add_generation_prompt=True, enable_thinking=enable_thinking)
-    except Exception:  # noqa: BLE001 (any template error: the header is simply unknown)
+    except Exception:
         return ()
     if not prompt.startswith(turn) or len(prompt) == len(turn):
         return ()

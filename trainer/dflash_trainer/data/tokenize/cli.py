@@ -113,9 +113,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         revision=args.revision,
         chat_template=override,
         tokenize=TokenizeSettings(
-            args.max_seq_len, eot, args.enable_thinking, args.supervise,
-            args.truncated_answers, args.max_new_tokens,
-        ),  # fmt: skip
+            args.max_seq_len,
+            eot,
+            args.enable_thinking,
+            args.supervise,
+            args.truncated_answers,
+            args.max_new_tokens,
+        ),
     )
     jobs = plan_jobs(args.input or join_uri(args.run_root, "regen"), output)
     stats, reused = run_shards(jobs, settings, args.workers)

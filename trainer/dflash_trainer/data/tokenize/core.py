@@ -109,7 +109,7 @@ def build_prompt(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def cut_kind(row: dict[str, Any], max_new_tokens: int | None) -> str | None:
-    """"reported" when the engine said the answer was cut, "probable" when a row without a
+    """ "reported" when the engine said the answer was cut, "probable" when a row without a
     finish_reason reached the generation limit, None otherwise."""
     finish = row.get("finish_reason")
     if finish == FINISH_LENGTH:
@@ -165,14 +165,18 @@ class RowTokenizer:
         engine = row.get("output_token_ids")
         if engine is not None and len(engine) and self.settings.supervise == "last":
             prompt = self.template.render(
-                build_prompt(row), add_generation_prompt=True, enable_thinking=self.settings.enable_thinking
+                build_prompt(row),
+                add_generation_prompt=True,
+                enable_thinking=self.settings.enable_thinking,
             )
             ids = [int(i) for i in engine]
             return RowPlan(row, [Piece(False, prompt), Piece(True, ids=ids)], cut, True)
         segs = self.segments(row)
         if cut:  # the template closed the turn; the engine did not
             last = segs[-1]
-            text = build_unterminated(last.text, self.settings.end_of_turn, row.get("response") or "")
+            text = build_unterminated(
+                last.text, self.settings.end_of_turn, row.get("response") or ""
+            )
             segs = [*segs[:-1], Segment(text, last.supervised)]
         return RowPlan(row, [Piece(s.supervised, s.text) for s in segs], cut, False)
 
@@ -211,9 +215,13 @@ class RowTokenizer:
         """Concatenate each row's pieces, mask them, cut at maxSeqLen: whole-batch numpy."""
         seg_len = np.fromiter(map(len, piece_ids), dtype=np.int64, count=len(piece_ids))
         seg_sup = np.fromiter(
-            (p.supervised for plan in plans for p in plan.pieces), dtype=np.int8, count=len(piece_ids)
+            (p.supervised for plan in plans for p in plan.pieces),
+            dtype=np.int8,
+            count=len(piece_ids),
         )
-        seg_count = np.fromiter((len(plan.pieces) for plan in plans), dtype=np.int64, count=len(plans))
+        seg_count = np.fromiter(
+            (len(plan.pieces) for plan in plans), dtype=np.int64, count=len(plans)
+        )
         total = int(seg_len.sum())
         flat_ids = np.fromiter(chain.from_iterable(piece_ids), dtype=np.int32, count=total)
         flat_mask = np.repeat(seg_sup, seg_len)
