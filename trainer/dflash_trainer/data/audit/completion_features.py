@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from dflash_trainer.data.audit.lists import first_position, flatten_list
 from dflash_trainer.data.audit.ngrams import repeated_ngram_share
 from dflash_trainer.data.audit.scripts import script_counts, wrong_language
-from dflash_trainer.data.audit.text_keys import completion_texts, text_keys
+from dflash_trainer.data.audit.text_keys import completion_keys, completion_texts
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.audit.vocab import VocabInfo
 
@@ -190,7 +190,7 @@ def completion_features(
         feats["empty_thinking"] = blank
         feats["thinking_tokens"] = np.where(blank, 0, thinking)
         feats["near_empty_thinking"] = ~blank & (thinking < thresholds.min_thinking_tokens)
-    exact, near = text_keys(completion_texts(reasoning, response))
+    exact, near = completion_keys(reasoning, response)
     feats["exact_key"], feats["near_key"] = exact, near
     measured, loop, share = _loops(batch, thresholds.loop_ngram_share)
     feats["loop_measured"], feats["loop"], feats["repeated_share"] = measured, loop, share

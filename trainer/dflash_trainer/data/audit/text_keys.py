@@ -93,11 +93,23 @@ def normalize_bytes(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
     return out, new_offsets
 
 
-def text_keys(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(exact, near) uint64 keys of each text."""
-    data, offsets = string_buffers(texts)
-    exact = hash_rows(data, offsets)
-    near = hash_rows(*normalize_bytes(data, offsets))
+def exact_keys(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """uint64 keys of each text's bytes."""
+    return hash_rows(*string_buffers(texts))
+
+
+def near_keys(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """uint64 keys of each text, equal for texts that differ only in ASCII case or whitespace."""
+    return hash_rows(*normalize_bytes(*string_buffers(texts)))
+
+
+def completion_keys(
+    reasoning: pa.Array | None, response: pa.Array
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exact, near) keys of whole completions: reasoning and answer, each trimmed for `near`."""
+    exact = exact_keys(completion_texts(reasoning, response))
+    trimmed = None if reasoning is None else pc.utf8_trim_whitespace(reasoning.fill_null(""))
+    near = near_keys(completion_texts(trimmed, pc.utf8_trim_whitespace(response.fill_null(""))))
     return exact, near
 
 

@@ -132,5 +132,7 @@ def _assistant_header(tokenizer: Any, template: Any, enable_thinking: bool) -> t
     header = prompt[len(turn) :].split(THINK_START, 1)[0]
     ids = tokenizer.encode(header, add_special_tokens=False)
     specials = set(getattr(tokenizer, "all_special_ids", []))
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    specials |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
     # Only a header that starts with a special turn-start token can be told from prompt text.
     return tuple(int(i) for i in ids) if ids and ids[0] in specials else ()
