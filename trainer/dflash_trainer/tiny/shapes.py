@@ -19,19 +19,7 @@ import pyarrow as pa
 
 from dflash_trainer.data.regenerate.shard_store import COMPLETION_SCHEMA
 
-WORDS = (
-    "the model reads each token and predicts the next one while the drafter proposes a block "
-    "that the target verifies in a single pass so accepted tokens cost almost nothing and "
-    "rejected ones are regenerated from the target distribution which keeps the output exact "
-    "binary search halves the range every step until the value is found or the range is "
-    "empty sorting a list first makes lookups faster hash tables trade memory for constant "
-    "time access trees keep keys ordered and support range queries queues serve requests in "
-    "arrival order stacks reverse them recursion solves a problem through smaller copies of "
-    "itself dynamic programming stores answers to subproblems caching avoids repeated work "
-    "weather rivers mountains forests cities history music painting chemistry physics biology "
-    "economics language travel kitchen garden winter summer ocean desert bridge engine window "
-    "careful quick gentle bright quiet heavy simple complex ancient modern useful strange"
-).split()
+WORDS = ["the", "model", "reads", "each", "token", "and", "predicts", "the", "next", "one", "while", "the", "drafter", "proposes", "a", "block", "that", "the", "target", "verifies", "in", "a", "single", "pass", "so", "accepted", "tokens", "cost", "almost", "nothing", "and", "rejected", "ones", "are", "regenerated", "from", "the", "target", "distribution", "which", "keeps", "the", "output", "exact", "binary", "search", "halves", "the", "range", "every", "step", "until", "the", "value", "is", "found", "or", "the", "range", "is", "empty", "sorting", "a", "list", "first", "makes", "lookups", "faster", "hash", "tables", "trade", "memory", "for", "constant", "time", "access", "trees", "keep", "keys", "ordered", "and", "support", "range", "queries", "queues", "serve", "requests", "in", "arrival", "order", "stacks", "reverse", "them", "recursion", "solves", "a", "problem", "through", "smaller", "copies", "of", "itself", "dynamic", "programming", "stores", "answers", "to", "subproblems", "caching", "avoids", "repeated", "work", "weather", "rivers", "mountains", "forests", "cities", "history", "music", "painting", "chemistry", "physics", "biology", "economics", "language", "travel", "kitchen", "garden", "winter", "summer", "ocean", "desert", "bridge", "engine", "window", "careful", "quick", "gentle", "bright", "quiet", "heavy", "simple", "complex", "ancient", "modern", "useful", "strange"]
 HAN = "的一是不了人我在有他这中大来上个国到说们为子和你地出道也时年得就那要下以生会自着去"
 GENERIC_OPENERS = ("Sure, here you go:", "Happy to help:", "Of course:", "Great question:")
 TRAP_ANSWERS = ("Yes.", "No.", "42", "7")
