@@ -15,6 +15,7 @@ from typing import Any
 from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.ingest import IngestStats, iter_prompts
+from dflash_trainer.data.regenerate.canary import canary_store, load_canary_rows, select_canary
 from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec
 from dflash_trainer.data.regenerate.runner import ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
@@ -86,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end-of-turn", help="end-of-turn token (default: the tokenizer's eos)")
     p.add_argument("--chat-template", help="Jinja file overriding the tokenizer's chat template")
     p.add_argument("--progress-seconds", type=float, default=30.0)
+    p.add_argument(
+        "--canary-samples-per-source",
+        type=int,
+        metavar="N",
+        help="regenerate only the canary (N fixed samples of every source) into "
+        "<run-root>/canary/regen; without it, a shard reuses committed canary answers",
+    )
     p.add_argument("--termination-log", help="default /dev/termination-log when it exists")
     return p
 
@@ -101,6 +109,10 @@ def validate(args: argparse.Namespace) -> None:
     if not 0 <= args.shard < args.shards:
         raise BadInputError(
             f"shard {args.shard} is outside 0..{args.shards - 1} (--shards {args.shards})"
+        )
+    if args.canary_samples_per_source is not None and args.canary_samples_per_source < 1:
+        raise BadInputError(
+            f"--canary-samples-per-source {args.canary_samples_per_source}: must be at least 1"
         )
     if args.max_tokens < 1 or args.part_rows < 1:
         raise BadInputError("--max-new-tokens and --part-rows must be at least 1")
@@ -190,11 +202,20 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     validate(args)
-    store = ShardStore(args.run_root, args.shard, args.shards)
+    canary = args.canary_samples_per_source
+    if canary is not None:
+        args.shard, args.shards = 0, 1
+    store = (
+        canary_store(args.run_root)
+        if canary
+        else ShardStore(args.run_root, args.shard, args.shards)
+    )
+    label = "canary" if canary else f"shard {args.shard}"
     base = {
         "stage": "regenerate",
         "shard": args.shard,
         "shards": args.shards,
+        "canary": bool(canary),
         "commitUri": store.commit_uri,
     }
     if store.is_committed():
@@ -204,7 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "skipped": True,
             "samples": done.get("samples", 0),
             "outputTokens": done.get("outputTokens", 0),
-            "message": f"shard {args.shard} was already committed; nothing to do",
+            "message": f"{label} was already committed; nothing to do",
         }
     sampling = SamplingSpec(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
@@ -221,10 +242,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.max_tokens,
         args.progress_seconds,
     )
+    canary_rows = {} if canary else load_canary_rows(args.run_root, args.shard, args.shards)
     runner = ShardRunner(
-        plan, store, lambda: Target(args), lambda t: build_engine(args, t, sampling)
+        plan, store, lambda: Target(args), lambda t: build_engine(args, t, sampling), canary_rows
     )
-    pending = runner.select(records)
+    if canary:
+        canary_done = store.done_ids()
+        chosen = select_canary(records, canary)
+        pending = [r for r in chosen if r.id not in canary_done]
+        runner.counts.assigned, runner.counts.already_done = len(chosen), len(chosen) - len(pending)
+    else:
+        pending = runner.select(records)
     check_sources(stats)
     counts = runner.run_pending(pending)
     extra = {
@@ -233,6 +261,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "enableThinking": args.enable_thinking,
         "sampling": asdict(sampling),
         "imported": counts.imported,
+        "fromCanary": counts.from_canary,
+        **({"canarySamplesPerSource": canary} if canary else {}),
         "overlongPrompts": counts.overlong,
         "truncated": counts.truncated,
         "ingest": stats.to_dict()
@@ -247,7 +277,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "resumedFrom": counts.already_done,
         "overlongPrompts": counts.overlong,
         "malformedRows": stats.total("malformed"),
-        "message": f"shard {args.shard} committed: {manifest['samples']} rows, {manifest['outputTokens']} output tokens",
+        "fromCanary": counts.from_canary,
+        "message": f"{label} committed: {manifest['samples']} rows, {manifest['outputTokens']} "
+        f"output tokens"
+        + (f" ({counts.from_canary} samples from the canary)" if counts.from_canary else ""),
     }
 
 

@@ -59,6 +59,7 @@ class ShardCounts:
     rows: int = 0
     output_tokens: int = 0
     imported: int = 0
+    from_canary: int = 0
     overlong: int = 0
     truncated: int = 0
     parts: dict[str, PartInfo] = field(default_factory=dict)
@@ -135,9 +136,12 @@ class ShardRunner:
         store: ShardStore,
         target_factory: Callable[[], PromptTarget],
         engine_factory: Callable[[Any], Engine],
+        canary_rows: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
         self.plan = plan
         self.store = store
+        # Answers the canary already generated for this shard: copied, never generated twice.
+        self.canary_rows = canary_rows or {}
         self.target_factory = target_factory
         self.engine_factory = engine_factory
         self._target: PromptTarget | None = None
@@ -183,7 +187,13 @@ class ShardRunner:
             chunk = pending[start : start + self.plan.part_rows]
             rows = [build_imported_row(r) for r in chunk if r.completion is not None]
             self.counts.imported += len(rows)
-            to_generate = [r for r in chunk if r.completion is None]
+            from_canary = [r for r in chunk if r.completion is None and r.id in self.canary_rows]
+            for record in from_canary:
+                rows += self.canary_rows[record.id]
+            self.counts.from_canary += len(from_canary)
+            to_generate = [
+                r for r in chunk if r.completion is None and r.id not in self.canary_rows
+            ]
             if to_generate:
                 rows += self.generate_conversations(to_generate)
             if rows:
