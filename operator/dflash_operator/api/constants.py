@@ -36,6 +36,9 @@ class Phase(StrEnum):
     """Where a run is in its life (`status.phase`). See `docs/crd-reference.md`."""
 
     PENDING = "Pending"
+    # A fixed sample of every source is regenerated and audited before the fan-out.
+    CANARY = "Canary"
+    AUDITING_CANARY = "AuditingCanary"
     REGENERATING = "Regenerating"
     AUDITING_COMPLETIONS = "AuditingCompletions"
     TOKENIZING = "Tokenizing"
@@ -57,6 +60,11 @@ _TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 PHASE_MEANINGS: dict[Phase, str] = {
     Phase.PENDING: "Accepted; no child created yet.",
+    Phase.CANARY: (
+        "The canary regenerates a fixed sample of every source (regeneration.canary) before "
+        "the shards fan out."
+    ),
+    Phase.AUDITING_CANARY: "The completions gate judges the canary's answers alone.",
     Phase.REGENERATING: "The target regenerates every answer (Indexed Job, one index per shard).",
     Phase.AUDITING_COMPLETIONS: "The completions gate checks the regenerated answers.",
     Phase.TOKENIZING: "Completions are chat-templated and tokenized.",
@@ -76,6 +84,8 @@ PHASE_MEANINGS: dict[Phase, str] = {
 class Stage(StrEnum):
     """A child of a run; the value is the middle part of the child's name (`naming.py`)."""
 
+    CANARY = "canary"
+    AUDIT_CANARY = "audit-canary"
     REGEN = "regen"
     AUDIT_COMPLETIONS = "audit-completions"
     TOKENIZE = "tokenize"
@@ -89,11 +99,18 @@ class Stage(StrEnum):
 
 
 class Gate(StrEnum):
-    """A data-audit gate; the same names as the trainer's `dflash-audit --gate`."""
+    """A data-audit gate; the same names as the trainer's `dflash-audit --gate`, plus the
+    canary: the completions gate on the canary's answers alone (`trainer_gate`)."""
 
     PROMPTS = "prompts"
+    CANARY = "canary"
     COMPLETIONS = "completions"
     TOKENS = "tokens"
+
+    @property
+    def trainer_gate(self) -> str:
+        """The `dflash-audit --gate` that judges this gate's data."""
+        return Gate.COMPLETIONS.value if self == Gate.CANARY else self.value
 
 
 class Verdict(StrEnum):
@@ -106,6 +123,8 @@ class Verdict(StrEnum):
 class ConditionType(StrEnum):
     """`status.conditions[].type`: one per pipeline stage plus the run-level summaries."""
 
+    CANARY_REGENERATED = "CanaryRegenerated"
+    CANARY_AUDITED = "CanaryAudited"
     REGENERATED = "Regenerated"
     COMPLETIONS_AUDITED = "CompletionsAudited"
     TOKENIZED = "Tokenized"
@@ -120,6 +139,8 @@ class ConditionType(StrEnum):
 
 
 CONDITION_MEANINGS: dict[ConditionType, str] = {
+    ConditionType.CANARY_REGENERATED: "The canary's answers are committed in S3.",
+    ConditionType.CANARY_AUDITED: "The completions gate ran on the canary (see DataAuditPassed).",
     ConditionType.REGENERATED: "Every shard's completions are committed in S3.",
     ConditionType.COMPLETIONS_AUDITED: "The completions gate ran (see DataAuditPassed).",
     ConditionType.TOKENIZED: "Tokenized data and its manifest are committed in S3.",
@@ -246,6 +267,8 @@ CONDITION_MESSAGE_MAX_LENGTH = 32768
 
 # The condition a stage sets when it finishes, and the phase in which it runs.
 STAGE_CONDITIONS: dict[Stage, ConditionType] = {
+    Stage.CANARY: ConditionType.CANARY_REGENERATED,
+    Stage.AUDIT_CANARY: ConditionType.CANARY_AUDITED,
     Stage.REGEN: ConditionType.REGENERATED,
     Stage.AUDIT_COMPLETIONS: ConditionType.COMPLETIONS_AUDITED,
     Stage.TOKENIZE: ConditionType.TOKENIZED,
@@ -254,6 +277,8 @@ STAGE_CONDITIONS: dict[Stage, ConditionType] = {
     Stage.EVAL: ConditionType.EVALUATED,
 }
 STAGE_PHASES: dict[Stage, Phase] = {
+    Stage.CANARY: Phase.CANARY,
+    Stage.AUDIT_CANARY: Phase.AUDITING_CANARY,
     Stage.REGEN: Phase.REGENERATING,
     Stage.AUDIT_COMPLETIONS: Phase.AUDITING_COMPLETIONS,
     Stage.TOKENIZE: Phase.TOKENIZING,
@@ -262,6 +287,7 @@ STAGE_PHASES: dict[Stage, Phase] = {
     Stage.EVAL: Phase.EVALUATING,
 }
 GATE_STAGES: dict[Gate, Stage] = {
+    Gate.CANARY: Stage.AUDIT_CANARY,
     Gate.COMPLETIONS: Stage.AUDIT_COMPLETIONS,
     Gate.TOKENS: Stage.AUDIT_TOKENS,
 }

@@ -48,6 +48,8 @@ _JOB_POD = f"-{_RANDOM}"
 _PYTORCHJOB_REPLICA = f"-worker-{'9' * _digits(MAX_TRAINING_NODES - 1)}"
 
 CHILD_SHAPES: dict[Stage, ChildShape] = {
+    Stage.CANARY: ChildShape("Job", True, _JOB_POD),
+    Stage.AUDIT_CANARY: ChildShape("Job", True, _JOB_POD),
     Stage.REGEN: ChildShape("Job", True, _INDEXED_JOB_POD),
     Stage.AUDIT_COMPLETIONS: ChildShape("Job", True, _JOB_POD),
     # Tokenization may be sharded like regeneration: leave room for an index.

@@ -146,6 +146,10 @@ class EvaluationResult(StatusModel):
 class StageProgress(StatusModel):
     """Per-stage progress and results."""
 
+    canary: RegenerationProgress | None = Field(
+        default=None,
+        description="The canary: a fixed sample of every source regenerated before the fan-out.",
+    )
     regeneration: RegenerationProgress | None = Field(
         default=None, description="Regeneration progress."
     )
@@ -208,6 +212,9 @@ class AuditStatus(StatusModel):
     """Audit results, per gate."""
 
     prompts: AuditResult | None = Field(default=None, description="Prompts gate.")
+    canary: AuditResult | None = Field(
+        default=None, description="The completions gate on the canary's answers alone."
+    )
     completions: AuditResult | None = Field(default=None, description="Completions gate.")
     tokens: AuditResult | None = Field(default=None, description="Tokens gate.")
 

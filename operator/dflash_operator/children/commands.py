@@ -21,6 +21,8 @@ TRAIN_FILE = f"{CONFIG_DIR}/train.yaml"
 EVAL_FILE = f"{CONFIG_DIR}/eval.yaml"
 CHAT_TEMPLATE_FILE = f"{CONFIG_DIR}/chat_template.jinja"
 TERMINATION_LOG = "/dev/termination-log"
+# The canary's folder under the run root (dflash_trainer.data.regenerate.canary).
+CANARY_FOLDER = "canary"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"
 
@@ -78,6 +80,23 @@ def _engine_args(spec: DFlashRunSpec) -> list[str]:
 def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     """One shard of `python -m dflash_trainer.data.regenerate`; the stage reads its shard
     number from JOB_COMPLETION_INDEX (set by the Indexed Job)."""
+    return [
+        *_regenerate_args(spec, run_root),
+        "--shards", str(spec.regeneration.shards),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def build_canary_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """The canary: the same engine and sampling as the shards, on a fixed sample per source."""
+    return [
+        *_regenerate_args(spec, run_root),
+        "--canary-samples-per-source", str(spec.regeneration.canary.samples_per_source),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def _regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     regen = spec.regeneration
     return [
         REGEN_PYTHON, "-m", "dflash_trainer.data.regenerate",
@@ -87,14 +106,12 @@ def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
         "--dtype", spec.target.dtype.value,
         _thinking(spec.target.thinking),
         "--engine", regen.engine.value,
-        "--shards", str(regen.shards),
         "--max-tokens", str(regen.max_new_tokens),
         "--temperature", str(regen.temperature),
         "--top-p", str(regen.top_p),
         "--seed", str(regen.seed),
         "--tensor-parallel-size", str(regen.tensor_parallel),
         *_engine_args(spec),
-        "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 
 
@@ -105,17 +122,26 @@ def _generation_limit(spec: DFlashRunSpec) -> list[str]:
     return ["--max-new-tokens", str(spec.regeneration.max_new_tokens)]
 
 
+def _canary_input(gate: Gate, run_root: str) -> list[str]:
+    """The canary gate reads the canary's answers and reports under audit/canary."""
+    if gate != Gate.CANARY:
+        return []
+    root = escape(run_root).rstrip("/")
+    return [f"{root}/{CANARY_FOLDER}/regen", "--out", f"{root}/audit/{Gate.CANARY.value}"]
+
+
 def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
     """`python -m dflash_trainer.data.audit --gate <gate>`: exit 0 pass, 3 fail."""
     return [
         PYTHON, "-m", "dflash_trainer.data.audit",
-        "--gate", gate.value,
+        *_canary_input(gate, run_root),
+        "--gate", gate.trainer_gate,
         "--run-root", escape(run_root),
         "--thresholds", THRESHOLDS_FILE,
         *_model_args(spec),
         "--block-size", str(spec.drafter.block_size),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
-        *(_generation_limit(spec) if gate == Gate.COMPLETIONS else []),
+        *(_generation_limit(spec) if gate in (Gate.COMPLETIONS, Gate.CANARY) else []),
         *([] if spec.target.thinking else ["--no-thinking"]),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip

@@ -70,6 +70,15 @@ def build_regen_job(ctx: PodContext, run_root: str, suspend: bool = False) -> di
     return _job(ctx, name, container, spec, suspend)
 
 
+def build_canary_job(
+    ctx: PodContext, run_root: str, backoff_limit: int, suspend: bool = False
+) -> dict[str, Any]:
+    """One pod on the regeneration pool: the canary sample of every source (exit 2 is final)."""
+    name = child_name(ctx.run.name, Stage.CANARY, ctx.attempt or 1)
+    container = build_container(ctx, "canary", commands.build_canary_args(ctx.spec, run_root))
+    return _job(ctx, name, container, _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT]), suspend)
+
+
 def _single_pod_spec(backoff_limit: int, fail_fast_codes: list[int]) -> dict[str, Any]:
     return {
         "completions": 1,

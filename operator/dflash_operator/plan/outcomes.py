@@ -98,6 +98,9 @@ def running_progress(
         _stages(draft).regeneration = summary
         words = f"{done}/{summary.shards_total} shards committed, {format_count(summary.samples or 0)} samples"
         return format_progress("regen", done, summary.shards_total, exact=True), words
+    if stage == Stage.CANARY:
+        per_source = ctx.spec.regeneration.canary.samples_per_source
+        return "canary", f"regenerating {per_source} samples of every source"
     if stage == Stage.TRAIN:
         training = draft.status.training
         restarts = sum(pod.restarts for pod in pods)
@@ -170,6 +173,13 @@ def record_success(
             f"{regen.shards_done}/{regen.shards_total} shards, {format_count(regen.samples or 0)} "
             f"samples, {format_count(regen.output_tokens or 0)} output tokens "
             f"({regen.shards_skipped or 0} shards already committed)"
+        )
+    elif stage == Stage.CANARY:
+        canary = results.summarize_canary(pods)
+        _stages(draft).canary = canary
+        summary = (
+            f"{format_count(canary.samples or 0)} canary samples, "
+            f"{format_count(canary.output_tokens or 0)} output tokens (kept: the shards reuse them)"
         )
     elif stage == Stage.TOKENIZE:
         tok = results.summarize_tokenization(pods)

@@ -12,6 +12,8 @@ from dflash_operator.pools import NodePool, PoolsConfig
 
 # The spec field that names each stage's pool, and the pools-file default used when unset.
 _POOL_FIELDS: dict[Stage, str] = {
+    Stage.CANARY: "spec.regeneration.nodePool",
+    Stage.AUDIT_CANARY: "spec.audit.nodePool",
     Stage.REGEN: "spec.regeneration.nodePool",
     Stage.AUDIT_COMPLETIONS: "spec.audit.nodePool",
     Stage.AUDIT_TOKENS: "spec.audit.nodePool",
@@ -50,6 +52,8 @@ def requested_pool(spec: DFlashRunSpec, stage: Stage, pools: PoolsConfig) -> str
     """The pool the run names for `stage`, else the operator's default for it."""
     defaults = pools.defaults
     named: dict[Stage, str | None] = {
+        Stage.CANARY: spec.regeneration.node_pool or defaults.regeneration,
+        Stage.AUDIT_CANARY: spec.audit.node_pool or defaults.audit,
         Stage.REGEN: spec.regeneration.node_pool or defaults.regeneration,
         Stage.AUDIT_COMPLETIONS: spec.audit.node_pool or defaults.audit,
         Stage.AUDIT_TOKENS: spec.audit.node_pool or defaults.audit,
@@ -93,7 +97,7 @@ def place_stage(
             Reason.UNKNOWN_NODE_POOL,
             Reason.UNKNOWN_NODE_POOL.message(field=field, pool=pool_name, pools=pools.names()),
         )
-    if stage == Stage.REGEN and pool.has_gpus:
+    if stage in (Stage.REGEN, Stage.CANARY) and pool.has_gpus:
         tp = spec.regeneration.tensor_parallel
         if tp > pool.gpus_per_node:
             return _too_many(

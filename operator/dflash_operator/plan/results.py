@@ -97,6 +97,21 @@ def summarize_regeneration(pods: Iterable[PodView], shards: int) -> Regeneration
     )
 
 
+def summarize_canary(pods: Iterable[PodView]) -> RegenerationProgress:
+    """The canary's single pod result (one shard of one)."""
+    for pod in pods:
+        if pod.phase == "Succeeded" and pod.terminated is not None:
+            result = parse_result(pod.terminated.message) or {}
+            return RegenerationProgress(
+                shards_done=1,
+                shards_total=1,
+                shards_skipped=1 if result.get("skipped") is True else 0,
+                samples=_int(result, "samples") or 0,
+                output_tokens=_int(result, "outputTokens") or 0,
+            )
+    return RegenerationProgress(shards_done=0, shards_total=1)
+
+
 def _violations(raw: Any) -> list[AuditViolation]:
     out = []
     for item in raw if isinstance(raw, list) else []:

@@ -56,10 +56,13 @@ class StageContext:
 
 
 def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
-    """The stages of a run, in order: regeneration and evaluation can be switched off."""
+    """The stages of a run, in order: regeneration (with or without its canary) and
+    evaluation can be switched off."""
     stages = [Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE, Stage.AUDIT_TOKENS, Stage.TRAIN]
     if spec.regeneration.enabled:
         stages.insert(0, Stage.REGEN)
+        if spec.regeneration.canary.samples_per_source > 0:
+            stages[0:0] = [Stage.CANARY, Stage.AUDIT_CANARY]
     if spec.evaluation.enabled:
         stages.append(Stage.EVAL)
     return tuple(stages)
@@ -73,7 +76,7 @@ def stage_kind(spec: DFlashRunSpec, stage: Stage) -> ChildKind:
 
 def stage_image(ctx: StageContext, stage: Stage) -> str:
     spec, settings = ctx.spec, ctx.settings
-    if stage == Stage.REGEN:
+    if stage in (Stage.REGEN, Stage.CANARY):
         return spec.regeneration.image or settings.regen_image
     if stage == Stage.TRAIN:
         return spec.training.image or settings.trainer_image
@@ -84,7 +87,7 @@ def stage_image(ctx: StageContext, stage: Stage) -> str:
 
 def stage_retry_limit(ctx: StageContext, stage: Stage) -> int:
     """Retries of a stage's child before it fails (per shard for regeneration)."""
-    if stage == Stage.REGEN:
+    if stage in (Stage.REGEN, Stage.CANARY):
         return ctx.spec.regeneration.retries_per_shard
     if stage == Stage.TRAIN:
         return ctx.spec.training.max_restarts
@@ -119,6 +122,9 @@ def build_stage_child(
     limit = ctx.settings.stage_backoff_limit
     if stage == Stage.REGEN:
         return jobs.build_regen_job(pod, ctx.run_root, suspend)
+    if stage == Stage.CANARY:
+        retries = ctx.spec.regeneration.retries_per_shard
+        return jobs.build_canary_job(pod, ctx.run_root, retries, suspend)
     if stage in STAGE_GATES:
         return jobs.build_audit_job(pod, STAGE_GATES[stage], ctx.run_root, limit, suspend)
     if stage == Stage.TOKENIZE:

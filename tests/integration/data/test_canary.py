@@ -88,3 +88,25 @@ def test_the_canary_samples_every_source_and_the_shards_reuse_its_answers(
     assert len(full) == 2 * PER_SOURCE
     for row_id, row in canary.items():
         assert full[row_id] == row, "a canary answer was generated again"
+
+
+def test_a_canary_made_with_other_settings_is_never_reused_and_is_redone_on_retry(
+    tiny_target: TinyTarget, tmp_path: Path
+) -> None:
+    sources = write_sources(tmp_path)
+    run_root = tmp_path / "run"
+    canary = ("--canary-samples-per-source", str(CANARY))
+    regenerate(run_root, sources, tiny_target, tmp_path / "c", *canary)
+    first = rows_of(canary_store(str(run_root)))
+    # The shards run with another generation limit: the canary's answers are not theirs.
+    summary = regenerate(
+        run_root, sources, tiny_target, tmp_path / "s", "--shards", "1", "--max-new-tokens", "6"
+    )
+    assert summary["fromCanary"] == 0 and summary["samples"] == 2 * PER_SOURCE
+    # A retried canary under the new settings starts over instead of reporting "committed".
+    summary = regenerate(run_root, sources, tiny_target, tmp_path / "c2", *canary,
+                         "--max-new-tokens", "6")  # fmt: skip
+    assert summary["skipped"] is False and summary["samples"] == 2 * CANARY
+    again = rows_of(canary_store(str(run_root)))
+    assert again.keys() == first.keys()
+    assert all(r["num_output_tokens"] <= 6 for r in again.values())

@@ -8,13 +8,16 @@ broken engine argument shows in minutes, not after the whole dataset).
 The sample is the `samples_per_source` records of each source with the smallest sha256 of
 their id: the same on every pod and rerun, spread over the source like a random sample. The
 full regeneration imports the committed canary rows of its shard instead of generating them
-again (`load_canary_rows`).
+again (`load_canary_rows`), but only when they were generated with the same settings (model,
+template, thinking, sampling, engine): the commit records a fingerprint of them. A canary whose
+settings or sample changed (a retry after a fix) is discarded and generated afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +28,33 @@ from dflash_trainer.data.regenerate.shard_store import ShardStore, base_id, shar
 from dflash_trainer.storage import arrow_filesystem, join_uri
 
 CANARY_FOLDER = "canary"
+
+
+SETTINGS_KEY = "generationFingerprint"
+SAMPLE_KEY = "sampleFingerprint"
+
+
+def fingerprint(value: Any) -> str:
+    """A short stable hash of JSON-able settings."""
+    blob = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def is_current(store: ShardStore, settings: str, sample: str | None = None) -> bool:
+    """Whether the committed canary was generated with these settings (and this sample)."""
+    if not store.is_committed():
+        return False
+    commit = store.read_commit()
+    if commit.get(SETTINGS_KEY) != settings:
+        return False
+    return sample is None or commit.get(SAMPLE_KEY) == sample
+
+
+def discard(store: ShardStore) -> int:
+    """Delete a stale canary (commit first, so that it never looks committed half-deleted)."""
+    if store.is_committed():
+        store.store.delete(store.commit_uri)
+    return store.store.delete_prefix(store.part_prefix + "/")
 
 
 def canary_root(run_root: str) -> str:
@@ -56,11 +86,13 @@ def select_canary(records: Iterable[PromptRecord], per_source: int) -> list[Prom
     return [record for _, _, record in sorted(chosen, key=lambda item: item[1])]
 
 
-def load_canary_rows(run_root: str, shard: int, shards: int) -> dict[str, list[dict[str, Any]]]:
+def load_canary_rows(
+    run_root: str, shard: int, shards: int, settings: str
+) -> dict[str, list[dict[str, Any]]]:
     """Committed canary rows of one shard of the full run, by sample id (every turn, in order);
-    empty when there is no committed canary."""
+    empty when there is no committed canary made with these generation settings."""
     store = canary_store(run_root)
-    if not store.is_committed():
+    if not is_current(store, settings):
         return {}
     rows: dict[str, list[dict[str, Any]]] = {}
     for entry in store.read_commit().get("files", []):

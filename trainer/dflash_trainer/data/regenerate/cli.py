@@ -15,7 +15,17 @@ from typing import Any
 from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.ingest import IngestStats, iter_prompts
-from dflash_trainer.data.regenerate.canary import canary_store, load_canary_rows, select_canary
+from dflash_trainer.data.records import PromptRecord
+from dflash_trainer.data.regenerate.canary import (
+    SAMPLE_KEY,
+    SETTINGS_KEY,
+    canary_store,
+    discard,
+    fingerprint,
+    is_current,
+    load_canary_rows,
+    select_canary,
+)
 from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec
 from dflash_trainer.data.regenerate.runner import ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
@@ -200,6 +210,22 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
     return VllmEngine(settings, sampling, target.ids.end_of_turn)
 
 
+def generation_fingerprint(args: argparse.Namespace) -> str:
+    """Everything that shapes an answer: equal fingerprints, interchangeable answers."""
+    template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+    return fingerprint(
+        {
+            "model": args.model, "revision": args.revision, "template": template,
+            "thinking": args.enable_thinking, "engine": args.engine, "dtype": args.dtype,
+            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+            "min_p": args.min_p, "max_tokens": args.max_tokens, "seed": args.seed,
+            "repetition_penalty": args.repetition_penalty,
+            "presence_penalty": args.presence_penalty, "end_of_turn": args.end_of_turn,
+            "max_model_len": args.max_model_len, "engine_args": args.engine_arg,
+        }
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     validate(args)
     canary = args.canary_samples_per_source
@@ -218,6 +244,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "canary": bool(canary),
         "commitUri": store.commit_uri,
     }
+    settings = generation_fingerprint(args)
+    stats = IngestStats()
+    records = iter_prompts(load_sources(args.sources), stats)
+    chosen: list[PromptRecord] = []
+    sample = ""
+    if canary:
+        # The sample is known only after reading every source; it is small, so a canary made
+        # with other settings or of another sample (a retry after a fix) is simply redone.
+        chosen = select_canary(records, canary)
+        check_sources(stats)
+        sample = fingerprint(sorted(r.id for r in chosen))
+        if not is_current(store, settings, sample):
+            discard(store)
     if store.is_committed():
         done = store.read_commit()
         return base | {
@@ -232,8 +271,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         max_tokens=args.max_tokens, seed=args.seed, repetition_penalty=args.repetition_penalty,
         presence_penalty=args.presence_penalty,
     )  # fmt: skip
-    stats = IngestStats()
-    records = iter_prompts(load_sources(args.sources), stats)
     plan = ShardPlan(
         args.shard,
         args.shards,
@@ -242,18 +279,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.max_tokens,
         args.progress_seconds,
     )
-    canary_rows = {} if canary else load_canary_rows(args.run_root, args.shard, args.shards)
+    canary_rows = (
+        {} if canary else load_canary_rows(args.run_root, args.shard, args.shards, settings)
+    )
     runner = ShardRunner(
         plan, store, lambda: Target(args), lambda t: build_engine(args, t, sampling), canary_rows
     )
     if canary:
-        canary_done = store.done_ids()
-        chosen = select_canary(records, canary)
-        pending = [r for r in chosen if r.id not in canary_done]
-        runner.counts.assigned, runner.counts.already_done = len(chosen), len(chosen) - len(pending)
+        pending = chosen
+        runner.counts.assigned = len(chosen)
     else:
         pending = runner.select(records)
-    check_sources(stats)
+        check_sources(stats)
     counts = runner.run_pending(pending)
     extra = {
         "engine": args.engine,
@@ -262,7 +299,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sampling": asdict(sampling),
         "imported": counts.imported,
         "fromCanary": counts.from_canary,
-        **({"canarySamplesPerSource": canary} if canary else {}),
+        SETTINGS_KEY: settings,
+        **({"canarySamplesPerSource": canary, SAMPLE_KEY: sample} if canary else {}),
         "overlongPrompts": counts.overlong,
         "truncated": counts.truncated,
         "ingest": stats.to_dict()
