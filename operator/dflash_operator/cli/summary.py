@@ -29,6 +29,8 @@ from dflash_operator.cli.errors import CliError
 
 # The stages a run goes through, in order (cleanup and config are not pipeline stages).
 PIPELINE = (
+    Stage.CANARY,
+    Stage.AUDIT_CANARY,
     Stage.REGEN,
     Stage.AUDIT_COMPLETIONS,
     Stage.TOKENIZE,
@@ -36,6 +38,7 @@ PIPELINE = (
     Stage.TRAIN,
     Stage.EVAL,
 )
+CANARY_STAGES = (Stage.CANARY, Stage.AUDIT_CANARY)
 STAGE_GATES = {stage: gate for gate, stage in GATE_STAGES.items()}
 PHASE_STAGES = {phase: stage for stage, phase in STAGE_PHASES.items()}
 FAILED_REASONS = {Reason.STAGE_FAILED, Reason.RETRIES_EXHAUSTED, Reason.AUDIT_FAILED}
@@ -105,6 +108,16 @@ def parse_status(run: dict[str, Any]) -> DFlashRunStatus:
         ) from exc
 
 
+def pipeline_of(status: DFlashRunStatus) -> tuple[Stage, ...]:
+    """The stages of this run: the canary's only where the status knows of them (a run made by
+    an operator without the canary has no canary conditions at all)."""
+    known = any(status.condition(STAGE_CONDITIONS[s]) is not None for s in CANARY_STAGES)
+    in_canary = status.phase in (Phase.CANARY, Phase.AUDITING_CANARY)
+    if known or in_canary:
+        return PIPELINE
+    return tuple(s for s in PIPELINE if s not in CANARY_STAGES)
+
+
 def _gate_result(status: DFlashRunStatus, stage: Stage) -> AuditResult | None:
     gate = STAGE_GATES.get(stage)
     if gate is None or status.audit is None:
@@ -122,7 +135,8 @@ def _is_finished(status: DFlashRunStatus, stage: Stage) -> bool:
 
 def _stopped_stage(status: DFlashRunStatus, phase: Phase) -> Stage | None:
     """Which stage a Failed / AuditFailed / Suspended run stopped at."""
-    for stage in PIPELINE:
+    pipeline = pipeline_of(status)
+    for stage in pipeline:
         condition = status.condition(STAGE_CONDITIONS[stage])
         failing = condition is not None and condition.reason in FAILED_REASONS
         if failing and condition is not None and condition.status != ConditionStatus.TRUE:
@@ -131,7 +145,7 @@ def _stopped_stage(status: DFlashRunStatus, phase: Phase) -> Stage | None:
         gate_failed = result is not None and result.verdict == Verdict.FAIL and not result.approved
         if phase == Phase.AUDIT_FAILED and gate_failed:
             return stage
-    return next((stage for stage in PIPELINE if not _is_finished(status, stage)), None)
+    return next((stage for stage in pipeline if not _is_finished(status, stage)), None)
 
 
 def _state(status: DFlashRunStatus, phase: Phase | None, stage: Stage) -> StageState:
@@ -157,6 +171,12 @@ def _ratio(done: int | None, total: int | None) -> float | None:
 def _measured(status: DFlashRunStatus, stage: Stage) -> tuple[float | None, str]:
     """(fraction done, details) from what the stage reported."""
     stages = status.stages
+    if stage == Stage.CANARY and stages is not None and stages.canary is not None:
+        canary = stages.canary
+        parts = [f"{format_count(canary.samples or 0)} samples"]
+        if canary.output_tokens:
+            parts.append(f"{format_count(canary.output_tokens)} tokens")
+        return _ratio(canary.shards_done, canary.shards_total), " · ".join(parts)
     if stage == Stage.REGEN and stages is not None and stages.regeneration is not None:
         regen = stages.regeneration
         parts = []
@@ -254,7 +274,7 @@ def summarize(run: dict[str, Any], now: datetime) -> RunSummary:
     metadata = run.get("metadata") or {}
     status = parse_status(run)
     phase = status.phase
-    stages = [_stage_line(status, phase, stage) for stage in PIPELINE]
+    stages = [_stage_line(status, phase, stage) for stage in pipeline_of(status)]
     target = ((run.get("spec") or {}).get("target") or {}).get("model")
     summary = RunSummary(
         name=str(metadata.get("name", "")),

@@ -117,11 +117,13 @@ def plan(inp: PlanInput) -> Plan:
     ctx = StageContext(run, spec, build_run_root(spec.storage, run), placements, inp.settings)
     _initial_conditions(draft, stages)
     if not spec.regeneration.enabled:
-        _skip(
-            draft,
-            Stage.REGEN,
-            "regeneration.enabled is false: the sources are regenerated completions",
-        )
+        why = "regeneration.enabled is false: the sources are regenerated completions"
+        _skip(draft, Stage.REGEN, why)
+        for stage in (Stage.CANARY, Stage.AUDIT_CANARY):  # one event for all three
+            _skip(draft, stage, why, announce=False)
+    elif spec.regeneration.canary.samples_per_source == 0:
+        for stage in (Stage.CANARY, Stage.AUDIT_CANARY):
+            _skip(draft, stage, "regeneration.canary.samplesPerSource is 0", announce=False)
     for child in observed.children:
         if not child.deleting and child.stage is not None:
             draft.record_child(child)
@@ -191,13 +193,14 @@ def _walk(
     return None
 
 
-def _skip(draft: Draft, stage: Stage, why: str) -> None:
+def _skip(draft: Draft, stage: Stage, why: str, announce: bool = True) -> None:
     condition = draft.condition(STAGE_CONDITIONS[stage])
     if condition is None or condition.reason != Reason.STAGE_SKIPPED.value:
         message = Reason.STAGE_SKIPPED.message(stage=stage.value, why=why)
         draft.set_condition(
-            STAGE_CONDITIONS[stage], ConditionStatus.TRUE, Reason.STAGE_SKIPPED, message
-        )
+            STAGE_CONDITIONS[stage], ConditionStatus.TRUE, Reason.STAGE_SKIPPED, message,
+            announce=announce,
+        )  # fmt: skip
 
 
 def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[AuditApproval]) -> bool:

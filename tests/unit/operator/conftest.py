@@ -68,7 +68,9 @@ def spec_dict(**overrides: Any) -> dict[str, Any]:
                 {"name": "chat", "uri": "s3://data/chat.jsonl", "format": "openai-messages"}
             ]
         },
-        "regeneration": {"shards": 4, "tensorParallel": 2},
+        # The canary has tests of its own (test_planner_canary.py); elsewhere it is off so that
+        # each test drives only the stages it is about.
+        "regeneration": {"shards": 4, "tensorParallel": 2, "canary": {"samplesPerSource": 0}},
         "training": {"nodes": 2},
         "storage": {"bucket": "artifacts", "credentialsSecretRef": {"name": "s3-creds"}},
     }

@@ -6,10 +6,11 @@
 -- so this script uses neither, and checks the type of every field it reads.
 
 local RUNNING = {
-  Pending = true, Regenerating = true, AuditingCompletions = true, Tokenizing = true,
-  AuditingTokens = true, Training = true, Evaluating = true,
+  Pending = true, Canary = true, AuditingCanary = true, Regenerating = true,
+  AuditingCompletions = true, Tokenizing = true, AuditingTokens = true, Training = true,
+  Evaluating = true,
 }
-local GATES = { "prompts", "completions", "tokens" }
+local GATES = { "prompts", "canary", "completions", "tokens" }
 
 local function text(value)
   if type(value) == "string" and value ~= "" then
