@@ -37,6 +37,10 @@ def apply_retry(
     target = current
     if retry.stage in active and active.index(retry.stage) <= active.index(current):
         target = retry.stage
+    elif target == Stage.AUDIT_CANARY and Stage.CANARY in active:
+        # A failed canary is retried from its answers: the canary stage regenerates them when
+        # the sources or settings changed since (and only re-audits when nothing did).
+        target = Stage.CANARY
     reset_gate = False
     for stage in active[active.index(target) :]:
         kind = stage_kind(ctx.spec, stage).kind

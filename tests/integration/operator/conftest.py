@@ -55,7 +55,9 @@ def base_spec(**overrides: Any) -> dict[str, Any]:
                 {"name": "chat", "uri": "s3://datasets/chat.jsonl", "format": "openai-messages"}
             ]
         },
-        "regeneration": {"shards": 2, "tensorParallel": 1},
+        # The canary has its own test (test_gates_and_failures.py); off here so that each test
+        # drives only the stages it is about.
+        "regeneration": {"shards": 2, "tensorParallel": 1, "canary": {"samplesPerSource": 0}},
         "training": {"nodes": 2, "gpusPerNode": 1, "maxRestarts": 2},
         "storage": {"bucket": "artifacts", "credentialsSecretRef": {"name": "s3-creds"}},
     }

@@ -48,6 +48,37 @@ def test_a_failed_completions_audit_stops_the_run_and_approval_lets_it_continue(
     assert any(r == "AuditApproved" for _t, r, _m in harness.events("r1"))
 
 
+def test_a_failing_canary_stops_the_run_before_any_shard_and_a_retry_redoes_the_canary(
+    harness: Any, make_spec: Any
+) -> None:
+    harness.start_operator()
+    spec = make_spec(
+        regeneration={"shards": 2, "tensorParallel": 1, "canary": {"samplesPerSource": 32}}
+    )
+    harness.apply_run("r1", spec)
+    harness.wait_phase("r1", "Canary")
+    job = json.loads(harness.kubectl("get", "job", "r1-canary", "-o", "json").stdout)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--canary-samples-per-source") + 1] == "32"
+    harness.finish("r1-canary", {"stage": "regenerate", "ok": True, "canary": True, "samples": 32})
+    harness.wait_phase("r1", "AuditingCanary")
+    printed = harness.kubectl("get", "dfr", "r1").stdout
+    assert "AuditingCanary" in printed
+    harness.finish("r1-audit-canary", STUB_FAIL | {"reportUri": "s3://artifacts/report/canary/"},
+                   exit_code=3)  # fmt: skip
+
+    status = harness.wait_phase("r1", "AuditFailed")
+    assert status["auditVerdict"] == "canary=fail"
+    assert (
+        "dflash.dev/approve-audit=canary@1" in harness.condition("r1", "DataAuditPassed")["message"]
+    )
+    assert "r1-regen" not in harness.names("jobs"), "no shard may start after a failed canary"
+
+    harness.annotate("r1", "dflash.dev/retry", "fixed-the-template")
+    wait_for("a second canary", lambda: "r1-canary-2" in harness.names("jobs"))
+    harness.wait_phase("r1", "Canary")
+
+
 def test_a_retry_reruns_the_failed_audit_as_a_new_attempt(harness: Any, make_spec: Any) -> None:
     regenerated(harness, make_spec)
     harness.finish("r1-audit-completions", STUB_FAIL, exit_code=3)

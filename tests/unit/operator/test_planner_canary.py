@@ -132,3 +132,21 @@ def test_the_canary_gate_audits_the_canary_folder_with_the_generation_limit(
                          "s3://artifacts/ml/r1/uid/audit/canary"]  # fmt: skip
     assert args[args.index("--gate") + 1] == "completions"
     assert args[args.index("--max-new-tokens") + 1] == "4096"
+
+
+def test_a_plain_retry_of_a_failed_canary_starts_over_from_the_canarys_answers(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    world = sim(spec=with_canary(make_spec))
+    world.step()
+    world.finish("r1-canary", result=CANARY_RESULT)
+    world.settle()
+    world.finish("r1-audit-canary", ok=False, result=CANARY_FAIL, exit_code=3,
+                 message="PodFailurePolicy: exit code 3")  # fmt: skip
+    world.settle()
+    world.step(lambda body: body["metadata"]["annotations"].update({"dflash.dev/retry": "fixed"}))
+    world.settle()
+
+    assert world.created[-1] == "r1-canary-2"
+    assert world.status["phase"] == "Canary"
+    assert "audit" not in world.status or world.status["audit"].get("canary") is None
