@@ -27,6 +27,20 @@ _SPAN_WEIGHTS = np.random.default_rng(0x5EED).integers(
 ) | np.uint64(1)
 
 
+MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX_2 = np.uint64(0x94D049BB133111EB)
+SHIFT_30, SHIFT_27, SHIFT_31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def mix64(keys: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit reaches the high bits (the polynomial alone
+    leaves the last id in the low bits, which the row bits then overwrite)."""
+    z = (keys ^ (keys >> SHIFT_30)) * MIX_1
+    z = (z ^ (z >> SHIFT_27)) * MIX_2
+    mixed: np.ndarray = z ^ (z >> SHIFT_31)
+    return mixed
+
+
 def span_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(flat positions covered by the spans, index of the span of each position)."""
     lengths = np.maximum(ends - starts, 0)
@@ -54,7 +68,7 @@ def repeated_ngram_share(
         key = values[pos]
         for k in range(1, n):
             key = key * NGRAM_MULTIPLIER + values[pos + k]
-        key = np.sort((key & HASH_MASK) | span.astype(np.uint64))
+        key = np.sort((mix64(key) & HASH_MASK) | span.astype(np.uint64))
         same = np.flatnonzero(key[1:] == key[:-1]) + 1
         row_of_repeat = (key[same] & np.uint64(MAX_ROWS_PER_SORT - 1)).astype(np.int64)
         repeats[first:last] = np.bincount(row_of_repeat, minlength=last - first)

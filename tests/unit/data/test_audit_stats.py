@@ -1,0 +1,142 @@
+"""The confidence bound the gates judge rates with, and the figures docs/audit-gates.md quotes
+(false alarms and power, exact binomial tails). The vectorised helpers agree with plain Python."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from dflash_trainer.data.audit.ngrams import repeated_ngram_share, span_hashes
+from dflash_trainer.data.audit.scripts import Script, script_counts, wrong_language
+from dflash_trainer.data.audit.stats import (
+    events_to_fail,
+    false_alarm_rate,
+    is_rate_above,
+    wilson_lower,
+    wilson_upper,
+)
+from dflash_trainer.data.audit.text_keys import near_keys, normalize_bytes, string_buffers
+from dflash_trainer.data.audit.thresholds import Thresholds
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "audit-gates.md"
+
+
+def test_the_wilson_bounds_bracket_the_rate_and_tighten_with_samples() -> None:
+    for events, samples in [(0, 10), (3, 10), (10, 10), (50, 1000), (999, 1000)]:
+        rate = events / samples
+        assert wilson_lower(events, samples) <= rate <= wilson_upper(events, samples)
+    widths = [wilson_upper(n // 10, n) - wilson_lower(n // 10, n) for n in (20, 200, 2000)]
+    assert widths == sorted(widths, reverse=True)
+    assert wilson_lower(0, 0) == 0.0 and wilson_upper(0, 0) == 1.0
+
+
+def test_a_rate_just_over_the_limit_on_few_samples_is_noise_and_a_gross_one_is_not() -> None:
+    assert not is_rate_above(2, 20, 0.05)  # 10% on 20 samples: within noise of 5%
+    assert is_rate_above(17, 20, 0.05)  # the incident's 87%, even on 20 samples
+    assert is_rate_above(600, 10_000, 0.05)  # 6% on 10k samples: confidently above
+
+
+@pytest.mark.parametrize("limit", [0.01, 0.05, 0.1])
+def test_a_healthy_source_at_half_a_limit_almost_never_fails_from_the_default_source_size(
+    limit: float,
+) -> None:
+    for samples in (Thresholds().min_source_samples, 256, 1000, 10_000):
+        assert false_alarm_rate(samples, limit / 2, limit) < 0.005, samples
+        assert false_alarm_rate(samples, limit, limit) < 0.025, samples
+
+
+def doc_rows() -> dict[int, list[str]]:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        match = re.match(r"^\| ([\d,]+)(?: \(the canary\))? \| (\d+) \(", line)
+        if match:
+            rows[int(match.group(1).replace(",", ""))] = [c.strip() for c in line.split("|")[1:-1]]
+    return rows
+
+
+def pct(value: float) -> str:
+    return f"{value:.0%}" if value >= 0.995 or value >= 0.1 else f"{value:.2g}"
+
+
+def test_the_false_alarm_and_power_table_in_the_docs_is_what_the_bound_gives() -> None:
+    rows = doc_rows()
+    assert sorted(rows) == [20, 50, 100, 256, 1000]
+    for samples, cells in rows.items():
+        fail_at = events_to_fail(samples, 0.05)
+        assert cells[1].startswith(f"{fail_at} ("), (samples, cells[1])
+        at_limit = false_alarm_rate(samples, 0.05, 0.05)
+        assert cells[2] == f"{at_limit:.1%}", (samples, cells[2], at_limit)
+        for column, factor in ((4, 2), (5, 3), (6, 10)):
+            caught = false_alarm_rate(samples, 0.05 * factor, 0.05)
+            shown = float(cells[column].rstrip("%")) / 100
+            assert math.isclose(shown, caught, abs_tol=0.006), (samples, factor, cells[column])
+
+
+def test_repeated_ngrams_match_a_plain_python_count() -> None:
+    rng = np.random.default_rng(0)
+    rows = [list(rng.integers(0, 6, n)) for n in (0, 3, 4, 30, 200)] + [[7, 8, 9, 10] * 25]
+    flat = np.array([t for r in rows for t in r], dtype=np.int64)
+    ends = np.cumsum([len(r) for r in rows])
+    starts = ends - [len(r) for r in rows]
+    ngrams, repeats = repeated_ngram_share(flat, starts, ends)
+    for i, row in enumerate(rows):
+        grams = [tuple(row[k : k + 4]) for k in range(len(row) - 3)]
+        assert ngrams[i] == len(grams)
+        assert repeats[i] == len(grams) - len(set(grams))
+
+
+def test_span_hashes_are_equal_exactly_for_equal_spans() -> None:
+    ids = np.array([1, 2, 3, 1, 2, 3, 3, 2, 1, 1, 2, 3, 0], dtype=np.int64)
+    starts = np.array([0, 3, 6, 9, 9, 12])
+    ends = np.array([3, 6, 9, 12, 13, 12])
+    keys = span_hashes(ids, starts, ends)
+    assert keys[0] == keys[1] == keys[3]
+    assert len({keys[0], keys[2], keys[4], keys[5]}) == 4
+
+
+def test_near_duplicate_keys_fold_ascii_case_and_whitespace_like_python_would() -> None:
+    texts = ["Hello  World", " hello world\n", "HELLO\tWORLD  ", "hello world!", "", "Ünï  Ça",
+             "ünï ça", "a\x1f b"]  # fmt: skip
+    data, offsets = normalize_bytes(*string_buffers(pa.array(texts)))
+    ours = [bytes(data[offsets[i] : offsets[i + 1]]).decode() for i in range(len(texts))]
+
+    ascii_space = " \t\n\x0b\x0c\r"
+
+    def python(text: str) -> str:
+        folded = "".join(c.lower() if c.isascii() else c for c in text)
+        return " ".join(re.split(f"[{ascii_space}]+", folded.strip(ascii_space)))
+
+    assert ours == [python(t) for t in texts]
+    keys = near_keys(pa.array(texts))
+    assert keys[0] == keys[1] == keys[2] and len(set(keys[3:7])) == 4
+
+
+def test_scripts_are_counted_per_letter_and_wrong_language_needs_letters_on_both_sides() -> None:
+    prompts = pa.array(["Explain binary search to me in detail please", "用Python写一个二分查找的函数并解释",
+                        "Explain binary search to me in detail please", "What is six times seven?"])  # fmt: skip
+    answers = pa.array(["二分查找每一步都把搜索范围缩小一半直到找到目标为止这是最基本的算法之一",
+                        "这是代码：def search(a, x): 每次比较中间的元素然后缩小范围直到找到为止",
+                        "Binary search halves the range at every step until it finds the value.",
+                        "42"])  # fmt: skip
+    prompt_counts, answer_counts = script_counts(prompts), script_counts(answers)
+    assert prompt_counts[0, Script.LATIN] == sum(c.isalpha() for c in prompts[0].as_py())
+    assert answer_counts[0, Script.HAN] == sum(
+        1 for c in answers[0].as_py() if "\u4e00" <= c <= "\u9fff"
+    )
+    judged, wrong = wrong_language(prompt_counts, answer_counts)
+    assert wrong.tolist() == [True, False, False, False]
+    assert judged.tolist() == [True, True, True, False]  # "42" has no letters
+
+
+def test_script_counts_agree_with_python_on_mixed_text() -> None:
+    texts = ["Добрый день, мир", "γειά σου κόσμε", "مرحبا بالعالم", "こんにちは世界", "안녕하세요 세계",
+             "emoji 🙂 and café", ""]  # fmt: skip
+    counts = script_counts(pa.array(texts))
+    for row, text in zip(counts, texts, strict=True):
+        letters = Counter(ch for ch in text if ch.isalpha())
+        assert row.sum() == sum(letters.values()), text
