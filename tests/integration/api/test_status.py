@@ -68,6 +68,7 @@ def full_status() -> DFlashRunStatus:
     """A status with every field of the schema set, as the operator would build it."""
     audit = AuditStatus(
         prompts=audit_result(Gate.PROMPTS, Verdict.PASS),
+        canary=audit_result(Gate.CANARY, Verdict.PASS),
         completions=audit_result(Gate.COMPLETIONS, Verdict.FAIL),
         tokens=audit_result(Gate.TOKENS, Verdict.PASS),
     )
@@ -91,6 +92,14 @@ def full_status() -> DFlashRunStatus:
         audit_verdict=format_audit_verdict(audit),
         node_pools=format_node_pools({"regen": "b200", "train": "rtx-pro-6000"}),
         stages=StageProgress(
+            canary=RegenerationProgress(
+                shards_done=1,
+                shards_total=1,
+                shards_skipped=0,
+                samples=1280,
+                samples_total=1280,
+                output_tokens=2_400_000,
+            ),
             regeneration=RegenerationProgress(
                 shards_done=64,
                 shards_total=64,
