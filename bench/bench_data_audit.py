@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
 from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
 from dflash_trainer.data.audit.thresholds import Thresholds
+from dflash_trainer.data.audit.vocab import VocabInfo
 from dflash_trainer.tiny.datasets import IncidentShape, TokenLayout, build_incident_tokens
 
 SEED_SAMPLES = 913_786  # the incident's dataset
@@ -42,6 +43,18 @@ HF_BATCH_ROWS = 1000  # datasets' default writer batch size
 # prompt lengths chosen so the dataset holds ~260M tokens like the incident's 1.3 GB Arrow
 SHAPE = IncidentShape(prompt_tokens=(20, 280))
 LAYOUT = TokenLayout()
+# What the tokenize stage records of the vocabulary: think tags, whitespace ids and the
+# assistant header, so that every check of the gate runs (as in a pipeline run).
+VOCAB = VocabInfo(
+    think_start=LAYOUT.think_start,
+    think_end=LAYOUT.think_end,
+    end_of_turn=LAYOUT.im_end,
+    whitespace_ids=(LAYOUT.newline, LAYOUT.double_newline),
+    assistant_header=(LAYOUT.im_start, LAYOUT.assistant, LAYOUT.newline),
+    vocab_size=LAYOUT.vocab_size + 32,
+)
+TOKENIZER_INFO = VOCAB.to_manifest()
+COLUMNS = ["source", "input_ids", "loss_mask"]
 CACHE = Path(os.environ.get("DFLASH_BENCH_DIR", Path.home() / ".cache" / "dflash" / "bench"))
 ONE_CORE = ["taskset", "-c", "0"] if shutil.which("taskset") else []
 RSS_WRAPPER = (
@@ -55,7 +68,10 @@ def build_dataset(folder: Path, samples: int) -> int:
     """Write the dataset once; returns its token count (read back from the manifest)."""
     manifest = folder / "_SUCCESS.json"
     if manifest.exists() and json.loads(manifest.read_text()).get("samples") == samples:
-        return int(json.loads(manifest.read_text())["tokens"])
+        body = json.loads(manifest.read_text())
+        body["tokenizer"] = TOKENIZER_INFO  # the vocabulary facts may be newer than the data
+        manifest.write_text(json.dumps(body))
+        return int(body["tokens"])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shards, tokens = [], 0
@@ -74,8 +90,7 @@ def build_dataset(folder: Path, samples: int) -> int:
         tokens += chunk_tokens
         shards.append({"path": name, "rows": n, "tokens": chunk_tokens})
         print(f"  wrote {name}: {n:,} samples, {chunk_tokens:,} tokens", flush=True)
-    info = {"thinkStartId": LAYOUT.think_start, "thinkEndId": LAYOUT.think_end}
-    body = {"shards": shards, "samples": samples, "tokens": tokens, "tokenizer": info}
+    body = {"shards": shards, "samples": samples, "tokens": tokens, "tokenizer": TOKENIZER_INFO}
     manifest.write_text(json.dumps(body))
     return tokens
 
@@ -113,9 +128,14 @@ def run_cli_audit(folder: Path) -> dict[str, Any]:
 
 
 def per_row_audit(rows: list[dict[str, Any]], block: int, think_end: int) -> dict[str, Any]:
-    """The straightforward implementation: Python over each row's lists."""
+    """The straightforward implementation: Python over each row's lists, every check of the
+    gate (anchors, thinking spans without whitespace, loops, duplicates, the mask check)."""
+    thresholds = Thresholds()
+    whitespace = set(VOCAB.whitespace_ids)
+    header = list(VOCAB.assistant_header)
     per_source: dict[str, Counter[str]] = defaultdict(Counter)
     sums: dict[str, Counter[int]] = defaultdict(Counter)
+    seen: dict[str, set[int]] = defaultdict(set)
     for row in rows:
         ids, mask, src = row["input_ids"], row["loss_mask"], row["source"]
         total = sum(mask)
@@ -127,20 +147,40 @@ def per_row_audit(rows: list[dict[str, Any]], block: int, think_end: int) -> dic
         end = next(
             (i for i, (t, m) in enumerate(zip(ids, mask, strict=True)) if m and t == think_end), -1
         )
+        supervised = [t for t, m in zip(ids, mask, strict=True) if m]
         c = per_source[src]
         c["samples"] += 1
         c["tokens"] += len(ids)
         c["supervised"] += total
-        c["stub"] += total < Thresholds().stub_tokens
+        c["stub"] += total < thresholds.stub_tokens
         c["no_anchor"] += best < block + 1
         c["thinking_missing"] += end < 0 and total > 0
-        c["empty_thinking"] += end >= 0 and end - first - (ids[first] == LAYOUT.think_start) < 3
+        if end >= 0:
+            opens = int(ids[first] == LAYOUT.think_start)
+            thinking = sum(1 for t in ids[first + opens : end] if t not in whitespace)
+            c["empty_thinking"] += thinking == 0
+            c["near_empty_thinking"] += 0 < thinking < thresholds.min_thinking_tokens
+        grams = [tuple(supervised[k : k + 4]) for k in range(len(supervised) - 3)]
+        if len(grams) >= 16:
+            c["loop"] += (len(grams) - len(set(grams))) > thresholds.loop_ngram_share * len(grams)
+        key = hash(tuple(supervised))
+        c["duplicate"] += key in seen[src]
+        seen[src].add(key)
+        starts = [i for i, t in enumerate(ids) if t == header[0]]
+        before = [h for h in starts if h <= first]
+        ok = total == 0 or (
+            bool(before)
+            and ids[before[-1] : before[-1] + len(header)] == header
+            and first >= before[-1] + len(header)
+            and not any(mask[h] for h in starts)
+        )
+        c["mask_error"] += not ok
         sums[src][total] += 1
     return {"sources": dict(per_source), "modes": {s: c.most_common(1)[0] for s, c in sums.items()}}
 
 
 def vectorized_audit(batches: list[pa.RecordBatch]) -> Any:
-    settings = TokenAuditSettings(16, None, LAYOUT.think_start, LAYOUT.think_end)
+    settings = TokenAuditSettings(16, None, LAYOUT.think_start, LAYOUT.think_end, VOCAB)
     acc = TokensAccumulator(settings, Thresholds())
     for batch in batches:
         acc.add(batch)
@@ -166,9 +206,7 @@ def main() -> None:
 
     # Baseline and ours on the same subset, in this process, one core.
     batches, rows = [], 0
-    for batch in iter_batches(
-        resolve_files(str(seed)), ["source", "input_ids", "loss_mask"], HF_BATCH_ROWS
-    ):
+    for batch in iter_batches(resolve_files(str(seed)), COLUMNS, HF_BATCH_ROWS):
         batches.append(batch)
         rows += batch.num_rows
         if rows >= args.subset:
@@ -184,21 +222,27 @@ def main() -> None:
     ours_subset_s = time.perf_counter() - t0
     for name, counts in baseline["sources"].items():  # both implementations agree
         assert ours.sources[name].samples == counts["samples"]
-        assert round(ours.sources[name].values["stub_rate"] * counts["samples"]) == counts["stub"]
+        group = ours.sources[name]
+        for check, key in (("stub_rate", "stub"), ("repetition_rate", "loop"),
+                           ("duplicate_completion_rate", "duplicate"),
+                           ("near_empty_thinking_rate", "near_empty_thinking"),
+                           ("mask_error_rate", "mask_error")):  # fmt: skip
+            trials = group.counts[check][1] if check in group.counts else counts["samples"]
+            assert round(group.values.get(check, 0.0) * trials) == counts[key], (name, check)
     baseline_full_s = baseline_s * args.samples / subset_rows
     del pylists, batches
 
     # Reading alone (both implementations must read the data): added to the scaled baseline.
     files = resolve_files(str(seed))
     t0 = time.perf_counter()
-    for _ in iter_batches(files, ["source", "input_ids", "loss_mask"], HF_BATCH_ROWS):
+    for _ in iter_batches(files, COLUMNS, HF_BATCH_ROWS):
         pass
     read_s = time.perf_counter() - t0
     baseline_full_s += read_s
 
     # Ours on everything, in this process: reading from disk included, report excluded.
     t0 = time.perf_counter()
-    vectorized_audit(iter_batches(files, ["source", "input_ids", "loss_mask"], HF_BATCH_ROWS))  # type: ignore[arg-type]
+    vectorized_audit(iter_batches(files, COLUMNS, HF_BATCH_ROWS))  # type: ignore[arg-type]
     ours_full_s = time.perf_counter() - t0
 
     full = run_cli_audit(seed)

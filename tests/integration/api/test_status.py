@@ -231,7 +231,7 @@ def test_kubectl_get_shows_phase_progress_loss_checkpoint_and_wide_columns(
     assert wide[0] == [*narrow[0], "TARGET", "AUDIT", "POOLS"]
     assert wide[1][6:] == [
         "Qwen/Qwen3-8B",
-        "prompts=pass completions=approved tokens=pass",
+        "prompts=pass canary=pass completions=approved tokens=pass",
         "regen=b200 train=rtx-pro-6000",
     ]
 

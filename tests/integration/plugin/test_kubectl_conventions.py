@@ -54,10 +54,10 @@ def test_a_bad_flag_value_exits_2_naming_the_flag_and_what_is_accepted(plugin: A
 
     assert result.returncode == 2
     assert (
-        "argument --gate: invalid choice: 'answers' (choose from prompts, completions, tokens)"
+        "argument --gate: invalid choice: 'answers' (choose from prompts, canary, completions, tokens)"
         in result.stderr
         or (
-            "argument --gate: invalid choice: 'answers' (choose from 'prompts', 'completions', 'tokens')"
+            "argument --gate: invalid choice: 'answers' (choose from 'prompts', 'canary', 'completions', 'tokens')"
             in result.stderr
         )
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from dflash_trainer.data.audit.ngrams import repeated_ngram_share, span_hashes
+from dflash_trainer.data.audit.ngrams import ngram_stats
 from dflash_trainer.data.audit.scripts import Script, script_counts, wrong_language
 from dflash_trainer.data.audit.stats import (
     events_to_fail,
@@ -80,23 +80,28 @@ def test_the_false_alarm_and_power_table_in_the_docs_is_what_the_bound_gives() -
 def test_repeated_ngrams_match_a_plain_python_count() -> None:
     rng = np.random.default_rng(0)
     rows = [list(rng.integers(0, 6, n)) for n in (0, 3, 4, 30, 200)] + [[7, 8, 9, 10] * 25]
-    flat = np.array([t for r in rows for t in r], dtype=np.int64)
-    ends = np.cumsum([len(r) for r in rows])
-    starts = ends - [len(r) for r in rows]
-    ngrams, repeats = repeated_ngram_share(flat, starts, ends)
+    rows += [list(rng.integers(0, 250_000, 3000))]
+    flat = np.array([t for r in rows for t in r], dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    stats = ngram_stats(flat, offsets)
     for i, row in enumerate(rows):
         grams = [tuple(row[k : k + 4]) for k in range(len(row) - 3)]
-        assert ngrams[i] == len(grams)
-        assert repeats[i] == len(grams) - len(set(grams))
+        assert stats.ngrams[i] == len(grams)
+        # 18 hash bits: false repeats grow as n^2 / 2^19 (birthday bound), never a missed one.
+        false = stats.repeats[i] - (len(grams) - len(set(grams)))
+        assert 0 <= false <= 2 * len(grams) ** 2 / 2**19 + 1
 
 
-def test_span_hashes_are_equal_exactly_for_equal_spans() -> None:
-    ids = np.array([1, 2, 3, 1, 2, 3, 3, 2, 1, 1, 2, 3, 0], dtype=np.int64)
-    starts = np.array([0, 3, 6, 9, 9, 12])
-    ends = np.array([3, 6, 9, 12, 13, 12])
-    keys = span_hashes(ids, starts, ends)
-    assert keys[0] == keys[1] == keys[3]
-    assert len({keys[0], keys[2], keys[4], keys[5]}) == 4
+def test_counted_windows_stay_inside_the_mask_and_fingerprints_match_equal_rows() -> None:
+    rows = [[1, 2, 3, 4, 5, 6], [9, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7], [5, 5, 5, 5, 5]]
+    masks = [[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
+    flat = np.array([t for r in rows for t in r], dtype=np.int32)
+    counted = np.array([m for r in masks for m in r], dtype=bool)
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    stats = ngram_stats(flat, offsets, counted)
+    assert stats.ngrams.tolist() == [3, 3, 3, 0]  # the gap in the last row leaves no window
+    assert stats.fingerprints[0] == stats.fingerprints[1]  # same supervised tokens
+    assert stats.fingerprints[0] != stats.fingerprints[2]
 
 
 def test_near_duplicate_keys_fold_ascii_case_and_whitespace_like_python_would() -> None:

@@ -6,7 +6,6 @@ Used by the audit tests, the audit benchmark (914K samples, ~260M tokens) and de
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,54 +109,95 @@ def build_incident_tokens(
     )
 
 
+WORDS = ("the", "a", "model", "answer", "think", "because", "code", "list", "value", "step",
+         "first", "then", "search", "range", "half", "sorted", "index", "return", "loop", "check",
+         "result", "input", "output", "number", "string", "function", "example", "case")  # fmt: skip
+
+
+def _word_ids(rng: np.random.Generator, counts: np.ndarray, t: TokenLayout) -> np.ndarray:
+    """Flat token ids of `counts[i]` words per row; word w has id WORD_ID_BASE + w."""
+    return rng.integers(0, len(WORDS), int(counts.sum())) + WORD_ID_BASE
+
+
+WORD_ID_BASE = 1000  # ids of the words above, clear of the layout's control ids
+
+
+def _join_words(ids: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """Each row's words joined by spaces: pyarrow kernels, no per-row Python."""
+    import pyarrow.compute as pc
+
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    words = pc.take(pa.array(WORDS), pa.array(ids - WORD_ID_BASE))
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), words), " ")
+
+
 def build_incident_completions(
-    samples: int, seed: int = 0, shape: IncidentShape | None = None
+    samples: int,
+    seed: int = 0,
+    shape: IncidentShape | None = None,
+    layout: TokenLayout | None = None,
 ) -> pa.Table:
-    """Regenerated-completion rows (contract section 3 columns) with stubs in the broken sources."""
+    """Regenerated-completion rows (contract section 3 columns) with stubs in the broken sources:
+    the engine's `output_token_ids` (think block, reasoning, answer, end of turn; the stub is
+    the incident's 6 ids) and texts made of the words those ids stand for. Numpy-built."""
     shape = shape or IncidentShape()
+    t = layout or TokenLayout()
     rng = np.random.default_rng(seed)
     src = rng.integers(0, len(shape.sources), samples)
     names = np.array(shape.sources)
     stub = np.isin(names[src], shape.broken) & (rng.random(samples) < shape.stub_share)
-    words = np.array(
-        [
-            "the",
-            "a",
-            "model",
-            "answer",
-            "think",
-            "because",
-            "code",
-            "list",
-            "value",
-            "step",
-            "first",
-            "then",
-        ]
+    n_reason = np.where(stub, 0, _lengths(rng, shape.reasoning_tokens_mean, samples))
+    n_answer = np.where(stub, 0, _lengths(rng, shape.answer_tokens_mean, samples))
+    reason_ids = _word_ids(rng, n_reason, t)
+    answer_ids = _word_ids(rng, n_answer, t)
+    # <think> \n R \n </think> \n\n A <|im_end|>; the stub: <think> \n\n </think> \n\n OK <|im_end|>
+    total = np.where(stub, 6, n_reason + n_answer + 6)
+    offsets = np.zeros(samples + 1, dtype=np.int64)
+    np.cumsum(total, out=offsets[1:])
+    ids = np.zeros(int(offsets[-1]), dtype=np.int32)
+    start = offsets[:-1]
+    ids[start] = t.think_start
+    healthy = ~stub
+    h_start, r_len = start[healthy], n_reason[healthy]
+    ids[h_start + 1] = t.newline
+    r_pos = np.repeat(h_start + 2, r_len) + (
+        np.arange(int(r_len.sum())) - np.repeat(np.cumsum(r_len) - r_len, r_len)
     )
-    responses, reasoning, tokens = [], [], []
-    for i in range(samples):
-        if stub[i]:
-            responses.append(STUB_RESPONSE)
-            reasoning.append("")
-            tokens.append(6)
-            continue
-        n_reason = int(_lengths(rng, shape.reasoning_tokens_mean, 1)[0])
-        n_answer = int(_lengths(rng, shape.answer_tokens_mean, 1)[0])
-        reasoning.append(" ".join(rng.choice(words, n_reason)))
-        responses.append(f"Answer {i}: " + " ".join(rng.choice(words, n_answer)))
-        tokens.append(n_reason + n_answer + 6)
+    ids[r_pos] = reason_ids
+    ids[h_start + 2 + r_len] = t.newline
+    ids[h_start + 3 + r_len] = t.think_end
+    ids[h_start + 4 + r_len] = t.double_newline
+    a_len = n_answer[healthy]
+    a_pos = np.repeat(h_start + 5 + r_len, a_len) + (
+        np.arange(int(a_len.sum())) - np.repeat(np.cumsum(a_len) - a_len, a_len)
+    )
+    ids[a_pos] = answer_ids
+    s_start = start[stub]
+    for k, tok in enumerate((t.double_newline, t.think_end, t.double_newline, t.ok)):
+        ids[s_start + 1 + k] = tok
+    ids[offsets[1:] - 1] = t.im_end
+    reasoning = _join_words(reason_ids, n_reason)
+    answer = _join_words(answer_ids, n_answer)
+    import pyarrow.compute as pc
+
+    numbers = pa.array(np.arange(samples).astype(str))
+    labelled = pc.binary_join_element_wise("Answer ", numbers, ": ", answer, "")
+    response = pc.if_else(pa.array(stub), pa.scalar(STUB_RESPONSE), labelled)
+    prompts = pc.binary_join_element_wise(
+        '[{"role": "user", "content": "Question ', numbers, '"}]', ""
+    )
     return pa.table(
         {
-            "id": pa.array([f"c{i:08d}" for i in range(samples)]),
+            "id": pc.binary_join_element_wise("c", numbers, ""),
             "source": pa.array(names[src]),
-            "prompt": pa.array(
-                [json.dumps([{"role": "user", "content": f"Question {i}"}]) for i in range(samples)]
+            "prompt": prompts,
+            "response": response,
+            "reasoning": reasoning,
+            "output_token_ids": pa.ListArray.from_arrays(
+                pa.array(offsets.astype(np.int32)), pa.array(ids)
             ),
-            "response": pa.array(responses),
-            "reasoning": pa.array(reasoning),
-            "output_token_ids": pa.array([[] for _ in range(samples)], pa.list_(pa.int32())),
-            "num_output_tokens": pa.array(tokens, pa.int32()),
-            "finish_reason": pa.array(["stop"] * samples),
+            "num_output_tokens": pa.array(total.astype(np.int32)),
+            "finish_reason": pa.array(np.full(samples, "stop")),
         }
     )

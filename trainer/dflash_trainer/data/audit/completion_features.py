@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dflash_trainer.data.audit.lists import first_position, flatten_list
-from dflash_trainer.data.audit.ngrams import repeated_ngram_share
+from dflash_trainer.data.audit.ngrams import ngram_stats
 from dflash_trainer.data.audit.scripts import script_counts, wrong_language
 from dflash_trainer.data.audit.text_keys import completion_keys, completion_texts
 from dflash_trainer.data.audit.thresholds import Thresholds
@@ -96,7 +96,7 @@ def _reasoning_tokens(
     estimate = _estimated_tokens(pc.utf8_trim_whitespace(reasoning.fill_null("")))
     if vocab is None or vocab.think_end is None or "output_token_ids" not in batch.schema.names:
         return estimate
-    ids = flatten_list(batch.column("output_token_ids"), np.int64)
+    ids = flatten_list(batch.column("output_token_ids"), np.int32)
     if len(ids.values) == 0:
         return estimate
     rows = ids.rows
@@ -116,10 +116,10 @@ def _loops(batch: pa.RecordBatch, loop_share: float) -> tuple[np.ndarray, np.nda
     if "output_token_ids" not in batch.schema.names:
         zero = np.zeros(rows, dtype=bool)
         return zero, zero, np.zeros(rows)
-    ids = flatten_list(batch.column("output_token_ids"), np.int64)
-    ngrams, repeats = repeated_ngram_share(ids.values, ids.offsets[:-1], ids.offsets[1:])
-    measured = ngrams >= MIN_LOOP_NGRAMS
-    share = repeats / np.maximum(ngrams, 1)
+    ids = flatten_list(batch.column("output_token_ids"), np.int32)
+    stats = ngram_stats(ids.values, ids.offsets)
+    measured = stats.ngrams >= MIN_LOOP_NGRAMS
+    share = stats.repeats / np.maximum(stats.ngrams, 1)
     return measured, measured & (share > loop_share), share
 
 

@@ -20,7 +20,6 @@ from dflash_trainer.data.audit.lists import (
     first_position,
     first_run_start,
     flatten_list,
-    group_starts,
     longest_run,
     run_sums,
     runs_of_ones,
@@ -35,7 +34,7 @@ from dflash_trainer.data.audit.metrics import (
     overall_histogram,
     ratio,
 )
-from dflash_trainer.data.audit.ngrams import repeated_ngram_share, span_hashes
+from dflash_trainer.data.audit.ngrams import ngram_stats
 from dflash_trainer.data.audit.text_keys import count_duplicates, duplicated_keys
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.audit.vocab import VocabInfo
@@ -84,20 +83,13 @@ def _reasoning_tokens(
 
 
 def _supervised_loops(
-    ids: FlatList, runs: Runs, rows: int, loop_share: float
+    ids: FlatList, mask: FlatList, loop_share: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(measured, loop, span key) per row, over each row's supervised runs."""
-    ngrams, repeats = repeated_ngram_share(ids.values, runs.starts, runs.ends)
-    row_ngrams = np.bincount(runs.rows, weights=ngrams, minlength=rows)
-    row_repeats = np.bincount(runs.rows, weights=repeats, minlength=rows)
-    measured = row_ngrams >= MIN_LOOP_NGRAMS
-    loop = measured & (row_repeats > loop_share * np.maximum(row_ngrams, 1))
-    keys = np.zeros(rows, dtype=np.uint64)
-    if len(runs.starts):
-        hashes = span_hashes(ids.values, runs.starts, runs.ends)
-        firsts = group_starts(runs.rows)
-        keys[runs.rows[firsts]] = np.add.reduceat(hashes, firsts)
-    return measured, loop, keys
+    """(measured, loop, fingerprint) per row, over each row's supervised tokens."""
+    stats = ngram_stats(ids.values, ids.offsets, mask.values)
+    measured = stats.ngrams >= MIN_LOOP_NGRAMS
+    loop = measured & (stats.repeats > loop_share * np.maximum(stats.ngrams, 1))
+    return measured, loop, stats.fingerprints
 
 
 def _mask_errors(
@@ -170,7 +162,7 @@ def token_features(
         )
     if "input_ids" not in names:
         return feats
-    ids = flatten_list(batch.column("input_ids"), np.int64)
+    ids = flatten_list(batch.column("input_ids"), np.int32)
     vocab = settings.vocab
     think_end = settings.think_end_id if vocab is None else vocab.think_end
     think_start = settings.think_start_id if vocab is None else vocab.think_start
@@ -193,7 +185,7 @@ def token_features(
         feats["near_empty_thinking"] = (
             has_end & (thinking > 0) & (thinking < thresholds.min_thinking_tokens)
         )
-    measured, loop, keys = _supervised_loops(ids, runs, rows, thresholds.loop_ngram_share)
+    measured, loop, keys = _supervised_loops(ids, mask, thresholds.loop_ngram_share)
     feats["loop_measured"], feats["loop"], feats["span_key"] = measured, loop, keys
     feats["mask_checked"], feats["mask_error"] = _mask_errors(ids, mask, runs, rows, vocab)
     return feats
