@@ -70,16 +70,18 @@ class TokenAuditSettings:
 def _reasoning_tokens(
     ids: FlatList, start: np.ndarray, end: np.ndarray, opens: np.ndarray, vocab: VocabInfo | None
 ) -> tuple[np.ndarray, bool]:
-    """Reasoning tokens between each row's thinking start and `</think>` (-1: none), and
-    whether whitespace was told apart."""
+    """Reasoning tokens between each row's thinking start and `</think>` (0: none), and
+    whether whitespace was told apart. Whitespace ids are sparse: they are found once and
+    counted per span with two binary searches."""
     has_end = end >= 0
     lo = np.where(has_end, start + opens, 0)
     hi = np.where(has_end, end, 0)
+    span = np.maximum(hi - lo, 0)
     if vocab is None or not vocab.knows_whitespace:
-        return np.maximum(hi - lo, 0), False
-    table = vocab.reasoning_token_table(int(ids.values.max()) + 1 if len(ids.values) else 1)
-    counted = np.concatenate([[0], np.cumsum(table[ids.values], dtype=np.int64)])
-    return np.where(has_end, counted[hi] - counted[lo], 0), True
+        return span, False
+    whitespace = np.flatnonzero(vocab.whitespace_table(ids.values)[ids.values])
+    blank = np.searchsorted(whitespace, hi) - np.searchsorted(whitespace, lo)
+    return np.where(has_end, span - blank, 0), True
 
 
 def _supervised_loops(

@@ -56,6 +56,18 @@ class VocabInfo:
         self._table["reasoning"] = table
         return table
 
+    def whitespace_table(self, ids: np.ndarray) -> np.ndarray:
+        """bool table over ids (at least up to max(ids)): True for whitespace-only ids."""
+        size = max(int(ids.max()) + 1 if len(ids) else 1, self.vocab_size, 1)
+        cached = self._table.get("whitespace")
+        if cached is not None and len(cached) >= size:
+            return cached
+        table = np.zeros(size, dtype=bool)
+        if self.whitespace_ids:
+            table[np.asarray(self.whitespace_ids, dtype=np.int64)] = True
+        self._table["whitespace"] = table
+        return table
+
     def to_manifest(self) -> dict[str, Any]:
         return {
             "thinkStartId": self.think_start,
