@@ -89,8 +89,9 @@ def _reasoning_tokens(
     reasoning: pa.Array | None,
     vocab: VocabInfo | None,
 ) -> np.ndarray:
-    """Reasoning tokens per row: counted in the engine's ids (whitespace and tags excluded)
-    when the vocabulary is known and the row has ids, else estimated from the text."""
+    """Reasoning tokens per row: counted in the engine's ids (the tags and the whitespace at
+    the edges of the think block excluded) when the vocabulary is known and the row has ids,
+    else estimated from the text."""
     if reasoning is None:
         return np.zeros(batch.num_rows, dtype=np.int64)
     estimate = _estimated_tokens(pc.utf8_trim_whitespace(reasoning.fill_null("")))
@@ -104,9 +105,11 @@ def _reasoning_tokens(
     ends = first_position(np.flatnonzero(ids.values == vocab.think_end), ids.offsets, rows)
     # No </think> in the ids: cut inside thinking when there is no answer, else no thinking.
     ends = np.where(ends >= 0, ends, np.where(response_blank, ids.offsets[1:], ids.offsets[:-1]))
-    table = vocab.reasoning_token_table(int(ids.values.max()) + 1)
-    counted = np.concatenate([[0], np.cumsum(table[ids.values], dtype=np.int64)])
-    exact = counted[ends] - counted[ids.offsets[:-1]]
+    starts = ids.offsets[:-1].copy()
+    if vocab.think_start is not None:  # Qwen3 writes <think> itself; Qwen3.5/3.6 prompts hold it
+        opens = has_ids & (ids.values[np.minimum(starts, len(ids.values) - 1)] == vocab.think_start)
+        starts = starts + opens
+    exact = vocab.trimmed_reasoning(ids.values, starts, ends)
     return np.where(has_ids, exact, estimate)
 
 

@@ -71,17 +71,13 @@ def _reasoning_tokens(
     ids: FlatList, start: np.ndarray, end: np.ndarray, opens: np.ndarray, vocab: VocabInfo | None
 ) -> tuple[np.ndarray, bool]:
     """Reasoning tokens between each row's thinking start and `</think>` (0: none), and
-    whether whitespace was told apart. Whitespace ids are sparse: they are found once and
-    counted per span with two binary searches."""
+    whether whitespace was told apart (`VocabInfo.trimmed_reasoning`)."""
     has_end = end >= 0
     lo = np.where(has_end, start + opens, 0)
     hi = np.where(has_end, end, 0)
-    span = np.maximum(hi - lo, 0)
     if vocab is None or not vocab.knows_whitespace:
-        return span, False
-    whitespace = np.flatnonzero(vocab.whitespace_table(ids.values)[ids.values])
-    blank = np.searchsorted(whitespace, hi) - np.searchsorted(whitespace, lo)
-    return np.where(has_end, span - blank, 0), True
+        return np.maximum(hi - lo, 0), False
+    return vocab.trimmed_reasoning(ids.values, lo, hi), True
 
 
 def _supervised_loops(

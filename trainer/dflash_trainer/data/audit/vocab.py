@@ -18,6 +18,9 @@ THINK_END = "</think>"
 # Decoding the whole vocabulary one id at a time is fast in the Rust tokenizer (~0.3 s for
 # Qwen3.6's 248K ids, measured), but a corrupt config could claim billions: refuse that.
 MAX_VOCAB = 4_000_000
+# Whitespace tokens stripped at each edge of a think block (the template's newlines, and "\n\n"
+# as one or two tokens).
+EDGE_WHITESPACE = 3
 
 
 @dataclass(frozen=True)
@@ -41,20 +44,28 @@ class VocabInfo:
     def knows_whitespace(self) -> bool:
         return bool(self.whitespace_ids)
 
-    def reasoning_token_table(self, size: int) -> np.ndarray:
-        """uint8 table over ids: 1 for an id that is reasoning text (not whitespace, not a tag)."""
-        size = max(size, self.vocab_size, 1)
-        cached = self._table.get("reasoning")
-        if cached is not None and len(cached) >= size:
-            return cached
-        table = np.ones(size, dtype=np.uint8)
-        if self.whitespace_ids:
-            table[np.asarray(self.whitespace_ids, dtype=np.int64)] = 0
-        for tag in (self.think_start, self.think_end):
-            if tag is not None and tag < size:
-                table[tag] = 0
-        self._table["reasoning"] = table
-        return table
+    def trimmed_reasoning(self, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Tokens in each span [lo, hi) of `ids` without the whitespace-only tokens at its
+        edges (at most EDGE_WHITESPACE each side): `<think>\n\n</think>` holds 0, `<think>\nOK.
+        \n</think>` 1. Only the edges are read (a few ids a row, not every token): whitespace
+        inside long reasoning is formatting and does not decide whether it is near-empty."""
+        span: np.ndarray = np.maximum(hi - lo, 0)
+        if not self.whitespace_ids or len(ids) == 0:
+            return span
+        table = self.whitespace_table(ids)
+        last = len(ids) - 1
+        lead = np.zeros(len(lo), dtype=np.int64)
+        alive = span > 0
+        for k in range(EDGE_WHITESPACE):
+            alive &= (lo + k < hi) & table[ids[np.minimum(lo + k, last)]]
+            lead += alive
+        trail = np.zeros(len(lo), dtype=np.int64)
+        alive = span > lead
+        for k in range(1, EDGE_WHITESPACE + 1):
+            alive &= (hi - k >= lo + lead) & table[ids[np.clip(hi - k, 0, last)]]
+            trail += alive
+        trimmed: np.ndarray = np.maximum(span - lead - trail, 0)
+        return trimmed
 
     def whitespace_table(self, ids: np.ndarray) -> np.ndarray:
         """bool table over ids (at least up to max(ids)): True for whitespace-only ids."""
