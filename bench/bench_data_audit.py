@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
+from dflash_trainer.data.audit.cli import COALESCE_ROWS
+from dflash_trainer.data.audit.dataset import coalesce, iter_batches, resolve_files
 from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.audit.vocab import VocabInfo
@@ -216,9 +217,10 @@ def main() -> None:
     pylists = [r for b in batches for r in b.to_pylist()]
     baseline = per_row_audit(pylists, 16, LAYOUT.think_end)
     baseline_s = time.perf_counter() - t0
-    vectorized_audit(batches)  # warm-up: first-call allocations are not the steady state
+    joined = list(coalesce(iter(batches), COALESCE_ROWS))  # as the CLI reads them
+    vectorized_audit(joined)  # warm-up: first-call allocations are not the steady state
     t0 = time.perf_counter()
-    ours = vectorized_audit(batches)
+    ours = vectorized_audit(joined)
     ours_subset_s = time.perf_counter() - t0
     for name, counts in baseline["sources"].items():  # both implementations agree
         assert ours.sources[name].samples == counts["samples"]
@@ -242,7 +244,7 @@ def main() -> None:
 
     # Ours on everything, in this process: reading from disk included, report excluded.
     t0 = time.perf_counter()
-    vectorized_audit(iter_batches(files, COLUMNS, HF_BATCH_ROWS))  # type: ignore[arg-type]
+    vectorized_audit(coalesce(iter_batches(files, COLUMNS, HF_BATCH_ROWS), COALESCE_ROWS))  # type: ignore[arg-type]
     ours_full_s = time.perf_counter() - t0
 
     full = run_cli_audit(seed)

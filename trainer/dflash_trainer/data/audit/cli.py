@@ -17,6 +17,7 @@ from dflash_trainer.data.audit.dataset import (
     TOKENIZED_MANIFEST,
     TOKENS_COLUMNS,
     check_columns,
+    coalesce,
     detect_gate,
     iter_batches,
     read_schema,
@@ -47,6 +48,8 @@ TOKENS_BATCH_ROWS = 16384
 # Completions carry their text and ids (thousands of tokens a row): smaller batches keep the
 # per-batch n-gram sort and text buffers well under the memory budget.
 COMPLETIONS_BATCH_ROWS = 2048
+# Arrow IPC files come in the writer's batches (1,000 rows for HF datasets): join them up to this.
+COALESCE_ROWS = 4096
 RUN_ROOT_INPUT = {"completions": "regen", "tokens": "tokenized"}
 
 
@@ -230,7 +233,8 @@ def run_dataset_gate(
         else CompletionsAccumulator(thresholds, completion_settings)
     )
     try:
-        for batch in iter_batches(files, acc.columns(), args.batch_rows):
+        batches = iter_batches(files, acc.columns(), args.batch_rows)
+        for batch in coalesce(batches, min(args.batch_rows, COALESCE_ROWS)):
             acc.add(batch)
     except ValueError as exc:  # data the gate cannot read as what it claims to be
         raise BadInputError(f"{path}: {exc}") from None

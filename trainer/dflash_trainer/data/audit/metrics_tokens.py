@@ -81,17 +81,32 @@ def _reasoning_tokens(
 
 
 def _supervised_loops(
-    ids: FlatList, mask: FlatList, loop_share: float
+    ids: FlatList, mask: FlatList, runs: Runs, loop_share: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(measured, loop, fingerprint) per row, over each row's supervised tokens."""
-    stats = ngram_stats(ids.values, ids.offsets, mask.values)
+    stats = ngram_stats(ids.values, ids.offsets, mask.values, (runs.starts, runs.ends, runs.rows))
     measured = stats.ngrams >= MIN_LOOP_NGRAMS
     loop = measured & (stats.repeats > loop_share * np.maximum(stats.ngrams, 1))
     return measured, loop, stats.fingerprints
 
 
+def find_tokens(values: np.ndarray, wanted: list[int]) -> dict[int, np.ndarray]:
+    """Flat positions of each wanted id, in one pass over the ids: control tokens (turn
+    starts, think tags) sit above the text vocabulary in the tokenizers we target, so the
+    candidates above the smallest wanted id are few, and each id is picked from those."""
+    floor = min(wanted)
+    candidates = np.flatnonzero(values >= floor)
+    found = values[candidates]
+    return {token: candidates[found == token] for token in wanted}
+
+
 def _mask_errors(
-    ids: FlatList, mask: FlatList, runs: Runs, rows: int, vocab: VocabInfo | None
+    ids: FlatList,
+    mask: FlatList,
+    runs: Runs,
+    rows: int,
+    vocab: VocabInfo | None,
+    turn: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(checked, error) per row: supervision outside assistant answers.
 
@@ -106,7 +121,8 @@ def _mask_errors(
     header = vocab.assistant_header if vocab is not None else ()
     if not header or len(ids.values) == 0:
         return checked, error
-    turn = np.flatnonzero(ids.values == header[0])
+    if turn is None:
+        turn = np.flatnonzero(ids.values == header[0])
     if len(turn):
         supervised_turn = turn[mask.values[turn] == 1]
         error[np.unique(np.searchsorted(ids.offsets, supervised_turn, side="right") - 1)] = True
@@ -164,8 +180,11 @@ def token_features(
     vocab = settings.vocab
     think_end = settings.think_end_id if vocab is None else vocab.think_end
     think_start = settings.think_start_id if vocab is None else vocab.think_start
+    header = vocab.assistant_header if vocab is not None else ()
+    wanted = [t for t in (think_end, header[0] if header else None) if t is not None]
+    positions = find_tokens(ids.values, wanted) if wanted else {}
     if think_end is not None:
-        hits = np.flatnonzero(ids.values == think_end)
+        hits = positions[think_end]
         end = first_position(hits[mask.values[hits] == 1], ids.offsets, rows)
         start = first_run_start(runs, rows)
         opens = np.zeros(rows, dtype=np.int64)
@@ -183,9 +202,10 @@ def token_features(
         feats["near_empty_thinking"] = (
             has_end & (thinking > 0) & (thinking < thresholds.min_thinking_tokens)
         )
-    measured, loop, keys = _supervised_loops(ids, mask, thresholds.loop_ngram_share)
+    measured, loop, keys = _supervised_loops(ids, mask, runs, thresholds.loop_ngram_share)
     feats["loop_measured"], feats["loop"], feats["span_key"] = measured, loop, keys
-    feats["mask_checked"], feats["mask_error"] = _mask_errors(ids, mask, runs, rows, vocab)
+    turn = positions.get(header[0]) if header else None
+    feats["mask_checked"], feats["mask_error"] = _mask_errors(ids, mask, runs, rows, vocab, turn)
     return feats
 
 
