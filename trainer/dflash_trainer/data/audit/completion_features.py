@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from dflash_trainer.data.audit.lists import first_position, flatten_list
 from dflash_trainer.data.audit.ngrams import ngram_stats
-from dflash_trainer.data.audit.scripts import script_counts, wrong_language
+from dflash_trainer.data.audit.scripts import Script, script_counts, wrong_language
 from dflash_trainer.data.audit.text_keys import completion_keys, completion_texts
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.audit.vocab import VocabInfo
@@ -29,10 +29,13 @@ MIN_LOOP_NGRAMS = 16
 # Script detection reads the end of the prompt (where its last user message is) and the start
 # of the answer: a few hundred characters tell a language apart.
 PROMPT_TAIL_CHARS = 300
+# The most frequent completion is counted on the start of its reasoning and of its answer.
+TOP_KEY_CHARS = 256
 ANSWER_HEAD_CHARS = 300
-# The JSON of a prompt's messages (always written with ensure_ascii=False) carries these
-# Latin-letter keys and escapes, which are not the user's language.
-PROMPT_JSON_NOISE = ('"role"', '"content"', '"user"', '"assistant"', '"system"', "\\n", "\\t")
+# The prompt column is the JSON of the messages (written with ensure_ascii=False). Its keys and
+# escapes are Latin letters that are not the user's language: they are counted and taken off.
+PROMPT_JSON_LETTERS = {'"role"': 4, '"content"': 7, '"user"': 4, '"assistant"': 9,
+                       '"system"': 6, "\\n": 1, "\\t": 1}  # fmt: skip
 FINISH_LENGTH = "length"
 
 
@@ -59,7 +62,9 @@ def _bool(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _is_blank(texts: pa.Array) -> np.ndarray:
-    return _bool(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts.fill_null(""))), 0))
+    """Empty or whitespace only (no copy of the texts is made)."""
+    texts = texts.fill_null("")
+    return _bool(pc.or_(pc.equal(pc.binary_length(texts), 0), pc.utf8_is_space(texts)))
 
 
 def _estimated_tokens(texts: pa.Array) -> np.ndarray:
@@ -94,7 +99,7 @@ def _reasoning_tokens(
     else estimated from the text."""
     if reasoning is None:
         return np.zeros(batch.num_rows, dtype=np.int64)
-    estimate = _estimated_tokens(pc.utf8_trim_whitespace(reasoning.fill_null("")))
+    estimate = _estimated_tokens(reasoning)
     if vocab is None or vocab.think_end is None or "output_token_ids" not in batch.schema.names:
         return estimate
     ids = flatten_list(batch.column("output_token_ids"), np.int32)
@@ -126,29 +131,35 @@ def _loops(batch: pa.RecordBatch, loop_share: float) -> tuple[np.ndarray, np.nda
     return measured, measured & (share > loop_share), share
 
 
-def _prompt_text(batch: pa.RecordBatch) -> pa.Array | None:
+def _prompt_scripts(batch: pa.RecordBatch) -> np.ndarray | None:
+    """Letters per script of the end of each prompt (its last message), JSON keys excluded."""
     prompt = large_strings(batch, "prompt")
     if prompt is None:
         return None
     tail = pc.utf8_slice_codeunits(prompt.fill_null(""), -PROMPT_TAIL_CHARS)
-    for noise in PROMPT_JSON_NOISE:
-        tail = pc.replace_substring(tail, noise, " ")
-    return tail
+    counts = script_counts(tail)
+    noise = np.zeros(len(tail), dtype=np.int64)
+    for key, letters in PROMPT_JSON_LETTERS.items():
+        found = pc.count_substring(tail, key).to_numpy(zero_copy_only=False)
+        noise += letters * found.astype(np.int64)
+    counts[:, Script.LATIN] = np.maximum(counts[:, Script.LATIN] - noise, 0)
+    return counts
 
 
 def whole_completion_texts(batch: pa.RecordBatch) -> pa.Array:
-    """Each row's whole completion as one text: the reasoning (when there is any), a separator,
-    the answer. Repetition of the answer alone is no defect: long, distinct reasoning that ends
-    in a common short answer ("42", "Yes.") is healthy data."""
+    """Each row's completion as one short text for counting the most frequent one: the first
+    TOP_KEY_CHARS characters of the reasoning (when there is any), a separator, and of the answer.
+    Repetition of the answer alone is no defect: long, distinct reasoning that ends in a common
+    short answer ("42", "Yes.") is healthy data."""
     response = large_strings(batch, "response")
     if response is None:
         raise ValueError("completion batches need a 'response' column")
-    response = response.fill_null("")
+    answer = pc.utf8_slice_codeunits(response.fill_null(""), 0, TOP_KEY_CHARS)
     reasoning = large_strings(batch, "reasoning")
     if reasoning is None:
-        return response
-    joined = completion_texts(reasoning, response)
-    return pc.if_else(pa.array(_is_blank(reasoning)), response, joined)
+        return answer
+    head = pc.utf8_slice_codeunits(reasoning.fill_null(""), 0, TOP_KEY_CHARS)
+    return pc.if_else(pa.array(_is_blank(head)), answer, completion_texts(head, answer))
 
 
 def completion_features(
@@ -170,13 +181,17 @@ def completion_features(
     finish_known = _bool(pc.and_(finish.is_valid(), pc.not_equal(finish.fill_null(""), "")))
     declared_length = _bool(pc.equal(finish.fill_null(""), FINISH_LENGTH))
     response_blank = _is_blank(response)
-    stray = pc.or_(
-        pc.match_substring(response, "<think>"), pc.match_substring(response, "</think>")
-    )
+    # One pass finds "think>" (both tags end so); the few hits are confirmed exactly.
+    maybe = _bool(pc.match_substring(response, "think>"))
+    stray = np.zeros(rows, dtype=bool)
+    if maybe.any():
+        hits = response.filter(pa.array(maybe))
+        exact = pc.or_(pc.match_substring(hits, "<think>"), pc.match_substring(hits, "</think>"))
+        stray[np.flatnonzero(maybe)] = _bool(exact)
     tokens, known = _generated_tokens(batch, response, reasoning)
     feats: dict[str, np.ndarray] = {
         "empty_response": response_blank,
-        "stray_think": _bool(stray),
+        "stray_think": stray,
         "truncated": declared_length,
         "finish_unknown": ~finish_known,
         "output_tokens": tokens,
@@ -197,9 +212,9 @@ def completion_features(
     feats["exact_key"], feats["near_key"] = exact, near
     measured, loop, share = _loops(batch, thresholds.loop_ngram_share)
     feats["loop_measured"], feats["loop"], feats["repeated_share"] = measured, loop, share
-    prompt = _prompt_text(batch)
-    if prompt is not None:
+    prompt_counts = _prompt_scripts(batch)
+    if prompt_counts is not None:
         answer = pc.utf8_slice_codeunits(response, 0, ANSWER_HEAD_CHARS)
-        judged, wrong = wrong_language(script_counts(prompt), script_counts(answer))
+        judged, wrong = wrong_language(prompt_counts, script_counts(answer))
         feats["language_judged"], feats["wrong_language"] = judged, wrong
     return feats

@@ -79,45 +79,56 @@ CONTINUATION_FIRST = np.uint8(0x80)
 LEAD_2, LEAD_3, LEAD_4 = 0xC0, 0xE0, 0xF0
 
 
-def _code_points(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of each character's first byte, its code point) of UTF-8 bytes."""
-    padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)]).astype(np.int32)
-    lead = np.flatnonzero((data < CONTINUATION_FIRST) | (data >= LEAD_2))
-    b0 = padded[lead]
-    b1 = padded[lead + 1] & 0x3F
-    b2 = padded[lead + 2] & 0x3F
-    b3 = padded[lead + 3] & 0x3F
-    cp = np.where(
-        b0 < 0x80,
-        b0,
+def _code_points(data: np.ndarray, lead: np.ndarray) -> np.ndarray:
+    """Code points of the multi-byte UTF-8 characters starting at `lead` (lead bytes >= 0xC0)."""
+    padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)])
+    b0 = padded[lead].astype(np.int32)
+    b1 = padded[lead + 1].astype(np.int32) & 0x3F
+    b2 = padded[lead + 2].astype(np.int32) & 0x3F
+    b3 = padded[lead + 3].astype(np.int32) & 0x3F
+    cp: np.ndarray = np.where(
+        b0 < LEAD_3,
+        ((b0 & 0x1F) << 6) | b1,
         np.where(
-            b0 < LEAD_3,
-            ((b0 & 0x1F) << 6) | b1,
-            np.where(
-                b0 < LEAD_4,
-                ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
-                ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
-            ),
+            b0 < LEAD_4,
+            ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
+            ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
         ),
     )
-    return lead, cp
+    return cp
+
+
+ASCII_UPPER_A, ASCII_LOWER_A, LETTERS = np.uint8(65), np.uint8(97), np.uint8(26)
 
 
 def script_counts(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Letters per script of each text: an int64 array of shape (rows, SCRIPTS)."""
+    """Letters per script of each text: an int64 array of shape (rows, SCRIPTS).
+
+    ASCII (most text) is counted with byte arithmetic and one cumulative sum; only the lead
+    bytes of multi-byte characters are decoded."""
     data, offsets = string_buffers(texts)
     rows = len(offsets) - 1
+    counts = np.zeros((rows, SCRIPTS), dtype=np.int64)
     if len(data) == 0:
-        return np.zeros((rows, SCRIPTS), dtype=np.int64)
-    lead, cp = _code_points(data)
+        return counts
+    ascii_letter = ((data - ASCII_UPPER_A) < LETTERS) | ((data - ASCII_LOWER_A) < LETTERS)
+    running = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum(ascii_letter, out=running[1:])
+    counts[:, Script.LATIN] = running[offsets[1:]] - running[offsets[:-1]]
+    lead = np.flatnonzero(data >= LEAD_2)
+    if len(lead) == 0:
+        return counts
+    cp = _code_points(data, lead)
     script = np.where(cp < BMP, SCRIPT_OF_BMP[np.minimum(cp, BMP - 1)], Script.NONE)
     script = np.where(
         (cp >= HAN_SUPPLEMENT[0]) & (cp <= HAN_SUPPLEMENT[1]), Script.HAN, script
     ).astype(np.int64)
     letters = script > 0
     row = np.searchsorted(offsets, lead[letters], side="right") - 1
-    counts = np.bincount(row * SCRIPTS + script[letters], minlength=rows * SCRIPTS)
-    return counts.reshape(rows, SCRIPTS)
+    counts += np.bincount(row * SCRIPTS + script[letters], minlength=rows * SCRIPTS).reshape(
+        rows, SCRIPTS
+    )
+    return counts
 
 
 # A row is judged only when both texts have this many letters: "42" or a code block has none.

@@ -13,6 +13,8 @@ import pyarrow.compute as pc
 import xxhash
 
 SPACE = np.uint8(32)
+# Combines the keys of a completion's two parts (reasoning, answer), wrapping.
+PART_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 TAB = np.uint8(9)
 CONTROL_WHITESPACE = np.uint8(4)  # \t \n \v \f \r are the 5 bytes 9..13
 UPPER_A = np.uint8(65)
@@ -106,10 +108,13 @@ def near_keys(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def completion_keys(
     reasoning: pa.Array | None, response: pa.Array
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(exact, near) keys of whole completions: reasoning and answer, each trimmed for `near`."""
-    exact = exact_keys(completion_texts(reasoning, response))
-    trimmed = None if reasoning is None else pc.utf8_trim_whitespace(reasoning.fill_null(""))
-    near = near_keys(completion_texts(trimmed, pc.utf8_trim_whitespace(response.fill_null(""))))
+    """(exact, near) keys of whole completions: the keys of the reasoning and of the answer,
+    each hashed on its own (no joined copy of the texts), combined."""
+    exact, near = exact_keys(response), near_keys(response)
+    if reasoning is None:
+        return exact, near
+    exact = exact_keys(reasoning) * PART_MULTIPLIER + exact
+    near = near_keys(reasoning) * PART_MULTIPLIER + near
     return exact, near
 
 
