@@ -1,9 +1,10 @@
-"""The incident, replayed: a source that is 87% stub answers stops the run at the completions
-gate, before tokenization and training, with the violated checks per source and a decoded stub
-in the report; approving the gate (kubectl dflash approve) lets the run go on."""
+"""The incident, replayed: a source that is 87% stub answers stops the run at the canary, before
+any shard is regenerated, with the violated checks per source and a decoded stub in the report;
+approved, the completions gate stops the whole dataset again; approved too, the run goes on."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from dflash_dev.demo import assets
@@ -11,31 +12,45 @@ from dflash_dev.demo.harness import DemoHarness
 from dflash_dev.demo.summary import decode_answer, fetch_report
 from dflash_dev.paths import venv_bin
 
-# Sources of at least minSourceSamples (20) samples are judged one by one.
+# As in `make demo-broken-data` (tiny-cpu.yaml): a canary of 16 samples of each source, and
+# sources judged one by one from 16 samples.
 PER_SOURCE = 24
+CANARY = 16
 
 
-def test_an_87_percent_stub_source_stops_at_the_completions_gate_until_the_gate_is_approved(
+def approve(harness: DemoHarness, name: str, gate: str) -> None:
+    generation = harness.run(name)["metadata"]["generation"]
+    result = subprocess.run(
+        [str(venv_bin() / "kubectl-dflash"), "approve", name, "--gate", gate,
+         "-n", harness.namespace, f"--kubeconfig={harness.cluster.kubeconfig}"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    annotations = harness.run(name)["metadata"]["annotations"]
+    assert f"{gate}@{generation}" in annotations["dflash.dev/approve-audit"]
+
+
+def test_an_87_percent_stub_source_stops_at_the_canary_then_at_the_completions_gate(
     harness: DemoHarness,
 ) -> None:
     harness.start_operator()
-    harness.apply(harness.build_run("broken", assets.build_broken_sources(PER_SOURCE), PER_SOURCE))
+    files = assets.build_broken_sources(PER_SOURCE)
+    canary = {"canary": {"samplesPerSource": CANARY}}
+    harness.apply(harness.build_run("broken", files, PER_SOURCE, regeneration=canary))
 
+    # The canary (16 samples of every source) stops it before any shard is regenerated.
     status = harness.wait_phase("broken", "AuditFailed", "Succeeded", "Failed", "Training")
     assert status["phase"] == "AuditFailed", harness.describe("broken")
-    gate = status["audit"]["completions"]
-    assert gate["verdict"] == "fail"
-    violated = {v["check"]: v for v in gate["violations"]}
-    assert "stub_rate" in violated
-    assert violated["stub_rate"]["sources"] == ["openorca"]  # the healthy sources pass
-    assert violated["stub_rate"]["value"] > 0.05
-    # Stopped before any later stage: no tokenization, no training.
-    assert harness.children("jobs") == ["broken-audit-completions", "broken-regen"]
-    assert harness.children("pytorchjobs") == []
-    assert "tokens" not in status["audit"]
-
-    # The report in S3 breaks it down per source and shows a decoded stub.
-    report = fetch_report(harness.s3.client(), gate["reportUri"])
+    canary = status["audit"]["canary"]
+    violated = {v["check"]: v for v in canary["violations"]}
+    assert violated["stub_rate"]["sources"] == ["openorca"]
+    assert "openorca 8" in violated["stub_rate"]["message"]  # its own rate: 13 or 14 of 16
+    assert "silent_truncation_rate" not in violated  # a repeated stub is not a cut answer
+    flagged = {s for v in canary["violations"] for s in v.get("sources") or []}
+    assert flagged == {"openorca"}, json.dumps(canary["violations"])[:3000]  # the healthy pass
+    assert harness.children("jobs") == ["broken-audit-canary", "broken-canary"]
+    assert "completions" not in status["audit"]
+    report = fetch_report(harness.s3.client(), canary["reportUri"])
     assert report is not None
     assert report["sources"]["openorca"]["metrics"]["stub_rate"] >= 0.8
     assert report["sources"]["magicoder"]["metrics"]["stub_rate"] == 0.0
@@ -43,17 +58,22 @@ def test_an_87_percent_stub_source_stops_at_the_completions_gate_until_the_gate_
     assert stub["source"] == "openorca"
     assert decode_answer(stub) == "<think>\n\n</think>\n\nOK.<|im_end|>"
 
-    generation = harness.run("broken")["metadata"]["generation"]
-    approve = subprocess.run(
-        [str(venv_bin() / "kubectl-dflash"), "approve", "broken", "--gate", "completions",
-         "-n", harness.namespace, f"--kubeconfig={harness.cluster.kubeconfig}"],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
-    assert approve.returncode == 0, approve.stderr
-    annotations = harness.run("broken")["metadata"]["annotations"]
-    assert annotations["dflash.dev/approve-audit"] == f"completions@{generation}"
+    # Accepting the canary does not skip the full gate: it stops the whole dataset again.
+    approve(harness, "broken", "canary")
+    status = harness.wait_until(
+        "the completions gate to judge the whole dataset",
+        "broken",
+        lambda s: "completions" in (s.get("audit") or {}),
+    )
+    gate = status["audit"]["completions"]
+    assert gate["verdict"] == "fail"
+    assert {v["check"]: v for v in gate["violations"]}["stub_rate"]["sources"] == ["openorca"]
+    assert "broken-regen" in harness.children("jobs")
+    assert harness.children("pytorchjobs") == []
+    assert status["stages"]["regeneration"]["samples"] == 3 * PER_SOURCE
 
-    # It goes on: tokenization runs and the tokens gate judges the (still broken) data.
+    # Approved too, it goes on: tokenization runs and the tokens gate judges the data.
+    approve(harness, "broken", "completions")
     status = harness.wait_until(
         "the tokens gate to run after the approval",
         "broken",

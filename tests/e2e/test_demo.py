@@ -1,5 +1,5 @@
-"""The demo's run, at test size: every phase for real (regeneration with the transformers engine,
-both gates, tokenization, a 2-pod PyTorchJob with checkpoints in S3, export, evaluation), and
+"""The demo's run, at test size: every phase for real (the canary, regeneration with the
+transformers engine, the gates, tokenization, a 2-pod PyTorchJob with checkpoints in S3, export, evaluation), and
 the drafter it exports drafts exactly what the target generates."""
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from dflash_trainer.model.target import load_target
 from dflash_trainer.tiny.prompts import build_prompts
 from transformers import AutoTokenizer
 
-STAGES = ("regen", "audit-completions", "tokenize", "audit-tokens", "eval")
+STAGES = (
+    "canary",
+    "audit-canary",
+    "regen",
+    "audit-completions",
+    "tokenize",
+    "audit-tokens",
+    "eval",
+)
 VERIFY_PROMPTS = 4
 VERIFY_NEW_TOKENS = 40
 
@@ -79,6 +87,8 @@ def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
         assert "dflash_trainer.train" in log and "Loading weights" in log, log[-2000:]
 
     # The status tells the whole story.
+    assert status["audit"]["canary"]["verdict"] == "pass"
+    assert status["stages"]["canary"]["samples"] == 4 * 4  # 4 of each source, reused
     assert status["audit"]["completions"]["verdict"] == "pass"
     assert status["audit"]["tokens"]["verdict"] == "pass"
     assert status["stages"]["regeneration"]["samples"] == 4 * 16

@@ -21,6 +21,8 @@ PHASE_TIMEOUT = 420.0
 PER_SOURCE = 16  # x 4 sources: 64 prompts
 # The demo run at a test size: a few training steps, a short evaluation.
 SMALL_SPEC: dict[str, Any] = {
+    # A canary of 4 per source: the shards still regenerate most of each 16-sample source.
+    "regeneration": {"canary": {"samplesPerSource": 4}},
     "training": {"epochs": 2, "anchorsPerSequence": 16, "checkpointEverySteps": 4},
     "evaluation": {"maxPrompts": 4, "maxNewTokens": 24},
     "ttlSecondsAfterFinished": None,  # keep the children: tests count them

@@ -62,6 +62,15 @@ def _bar(done: float, total: float, width: int = 30) -> ProgressBar:
 def build_rows(status: dict[str, Any]) -> list[tuple[str, float | None, float | None, str]]:
     """(label, done, total, text) per stage the status knows about: pure, for the view."""
     rows: list[tuple[str, float | None, float | None, str]] = []
+    canary = (status.get("stages") or {}).get("canary") or {}
+    if canary:
+        text = f"{canary.get('samples', 0)} samples, {canary.get('outputTokens', 0)} tokens"
+        rows.append(("canary", None, None, text))
+    audit = status.get("audit") or {}
+    if audit.get("canary"):
+        result = audit["canary"]
+        approved = " (approved)" if result.get("approved") else ""
+        rows.append(("audit canary", None, None, f"{result.get('verdict', '?')}{approved}"))
     regen = (status.get("stages") or {}).get("regeneration") or {}
     if regen:
         done, total = regen.get("samples", 0), regen.get("samplesTotal") or 0

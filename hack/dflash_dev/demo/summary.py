@@ -56,6 +56,13 @@ def decode_answer(example: dict[str, Any]) -> str:
     return f"<think>\n{reasoning}\n</think>\n\n{example.get('response') or ''}<|im_end|>"
 
 
+def format_metric(check: str, value: float) -> str:
+    """Rates and shares as percentages; token counts (the length floors) as counts."""
+    if check.endswith(("_rate", "_share", "_fraction")):
+        return f"{value:.1%}"
+    return f"{value:,.0f}"
+
+
 def build_source_table(report: dict[str, Any]) -> Table:
     """The gate's checks per source (violated checks first), as in report.md."""
     violated = [v["check"] for v in report.get("violations") or []]
@@ -69,7 +76,7 @@ def build_source_table(report: dict[str, Any]) -> Table:
     rows = [("ALL", report.get("overall") or {}), *(report.get("sources") or {}).items()]
     for name, entry in rows:
         metrics = entry.get("metrics") or {}
-        cells = [f"{metrics[c]:.1%}" if c in metrics else "-" for c in checks]
+        cells = [format_metric(c, metrics[c]) if c in metrics else "-" for c in checks]
         table.add_row(name, str(entry.get("samples", "?")), *cells)
     return table
 

@@ -176,11 +176,21 @@ class AuditViolation(StatusModel):
             "spec.audit.completions.maxTruncationRate: edit it, then retry."
         ),
     )
-    value: float | None = Field(default=None, description="Measured value.")
+    value: float | None = Field(default=None, description="Measured value, whole dataset.")
     threshold: float | None = Field(default=None, description="The threshold it crossed.")
-    message: str | None = Field(default=None, description="What is wrong, in words.")
+    message: str | None = Field(
+        default=None,
+        description="What is wrong, in words, quoting the failing source's own value.",
+    )
     sources: list[str] | None = Field(
         default=None, description="Data sources where the check fails."
+    )
+    worst_source: str | None = Field(
+        default=None,
+        description="The source furthest past the threshold (unset when the whole dataset fails).",
+    )
+    worst_value: float | None = Field(
+        default=None, description="The value to quote: worstSource's, else the whole dataset's."
     )
 
 

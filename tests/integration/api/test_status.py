@@ -54,6 +54,8 @@ def audit_result(gate: Gate, verdict: Verdict) -> AuditResult:
                 threshold=0.05,
                 message="87% of answers have fewer than 16 tokens",
                 sources=["openorca"],
+                worst_source="openorca",
+                worst_value=0.87,
             )
         ],
         metrics={"stubRate": 0.87, "p50ResponseTokens": 6.0},

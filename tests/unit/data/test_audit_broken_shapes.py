@@ -245,3 +245,20 @@ def test_a_loss_mask_that_supervises_the_prompt_fails_the_tokens_gate_in_its_sou
         manifest_path.write_text(json.dumps(manifest))
         code, report = audit(run_root, "tokens")
         assert flagged(report)["mask_error_rate"] == {"broken"}
+
+
+def test_stubs_repeated_at_one_length_are_stubs_not_silent_truncation(
+    builder: Callable[[int], ShapeBuilder], target: TinyTarget, tmp_path: Path
+) -> None:
+    # The incident's shape, imported: the stub is the longest known length and its mode, but
+    # the rows there are one text, not answers cut at a limit.
+    b = builder(17)
+    stubs = [b.row("broken", "", "OK.", finish=None) for _ in range(ROWS)]
+    rows = [*b.healthy("healthy", ROWS), *b.trap("trap", ROWS), *stubs]
+    run_root = tmp_path / "run"
+    write_regen(run_root, rows)
+    code, report = audit(run_root, "completions", "--model", str(target.path))
+    found = flagged(report)
+    assert code == 3 and found["stub_rate"] == {"broken"}
+    assert "silent_truncation_rate" not in found
+    assert report["sources"]["broken"]["details"]["truncation"]["topSpikeLengths"] == []

@@ -43,6 +43,8 @@ TOP_TEXT_CHARS = 200
 # answer is one of a kind).
 SPIKE_MIN_ROWS = 5
 SPIKE_MIN_SHARE = 0.01
+# ... and at least this share of the rows at the spike are distinct texts.
+SPIKE_MIN_DISTINCT_SHARE = 0.5
 DUPLICATES_SHOWN = 8
 
 
@@ -73,6 +75,8 @@ class CompletionsAccumulator:
         self.unknown_finish_hist: dict[str, IntHistogram] = {}
         self.exact_keys: dict[str, list[np.ndarray]] = {}
         self.near_keys: dict[str, list[np.ndarray]] = {}
+        # Per row, aligned with the keys: its length when it could be silently cut, else -1.
+        self.unreported_lengths: dict[str, list[np.ndarray]] = {}
         self.top: dict[str, TopValues] = {}
         self.top_all = TopValues()
 
@@ -115,6 +119,8 @@ class CompletionsAccumulator:
             self.top.setdefault(name, TopValues()).add(response.filter(pa.array(mine)))
             self.exact_keys.setdefault(name, []).append(feats["exact_key"][mine])
             self.near_keys.setdefault(name, []).append(feats["near_key"][mine])
+            lengths = np.where(unreported, feats["output_tokens"], -1)[mine].astype(np.int32)
+            self.unreported_lengths.setdefault(name, []).append(lengths)
 
     # --- per group ----------------------------------------------------------------------------
     def _silent(self, name: str | None) -> tuple[int, int, list[int]]:
@@ -127,7 +133,7 @@ class CompletionsAccumulator:
                 continue
             unknown = self.unknown_finish_hist.get(source or "", IntHistogram())
             spike = top_spike(hist)
-            values = [spike] if spike is not None else []
+            values = [spike] if spike is not None and self._is_diverse(source, spike) else []
             limit = self.settings.max_new_tokens
             if limit:  # rows at or above the limit are counted by `at_limit` already
                 values = [v for v in values if v < limit]
@@ -136,6 +142,15 @@ class CompletionsAccumulator:
                 probable += int(unknown.counts[value]) if value < len(unknown.counts) else 0
                 at.add(value)
         return silent, probable, sorted(at)
+
+    def _is_diverse(self, source: str, length: int) -> bool:
+        """Whether the rows at a length spike are mostly different texts: answers cut at one
+        token count are (different prompts), a stub repeated everywhere (`OK.`) is not; that
+        is stub_rate's and duplicate_completion_rate's business, not truncation."""
+        lengths = np.concatenate(self.unreported_lengths.get(source) or [np.zeros(0, np.int32)])
+        near = np.concatenate(self.near_keys.get(source) or [np.zeros(0, np.uint64)])
+        at = near[lengths == length]
+        return len(at) > 0 and len(np.unique(at)) >= SPIKE_MIN_DISTINCT_SHARE * len(at)
 
     def _group(
         self,
