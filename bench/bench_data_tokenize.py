@@ -141,6 +141,12 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="regen")
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
     parser.add_argument("--one-core", action="store_true", help="one core, single-threaded")
+    parser.add_argument(
+        "--engine-ids",
+        action="store_true",
+        help="rows carry the engine's output_token_ids (what regeneration writes): tokenization "
+        "takes the prompt + ids path and checks drift by decoding and encoding them again",
+    )
     args = parser.parse_args()
     print(
         f"tokenizer: byte-level BPE, vocab {args.vocab:,} (trained in-process, cached)", flush=True
@@ -148,6 +154,13 @@ def main() -> None:
     tokenizer = build_tokenizer(args.vocab)
     rows = build_rows(args.rows, seed=1, shape=SHAPES[args.shape])
     template = ChatTemplate.from_tokenizer(tokenizer)
+    if args.engine_ids:
+        generated = [
+            f"<think>\n{r['reasoning']}\n</think>\n\n{r['response']}{IM_END}" for r in rows
+        ]
+        encoded = tokenizer.backend_tokenizer.encode_batch_fast(generated, add_special_tokens=False)
+        for row, enc in zip(rows, encoded, strict=True):
+            row["output_token_ids"] = list(enc.ids)
     settings = TokenizeSettings(max_seq_len=1 << 20, end_of_turn=IM_END)
     row_tok = RowTokenizer(tokenizer, template, settings)
 
