@@ -9,7 +9,15 @@ from collections.abc import Iterator
 import pytest
 from dflash_dev.demo.harness import DemoHarness
 
-STAGE_JOBS = ["audit-completions", "audit-tokens", "eval", "regen", "tokenize"]
+STAGE_JOBS = [
+    "audit-canary",
+    "audit-completions",
+    "audit-tokens",
+    "canary",
+    "eval",
+    "regen",
+    "tokenize",
+]
 
 
 @pytest.fixture
