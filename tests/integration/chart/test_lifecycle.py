@@ -65,7 +65,9 @@ def test_helm_upgrade_with_a_changed_pool_reaches_the_operator(release: Any) -> 
     before = release.deployment()["spec"]["template"]["metadata"]["annotations"]["checksum/pools"]
     harness = release.harness()
     release.start_operator(harness)
-    spec = chart.operator_harness.base_spec(regeneration={"shards": 1, "nodePool": "upgraded"})
+    spec = chart.operator_harness.base_spec(
+        regeneration={"shards": 1, "nodePool": "upgraded", "canary": {"samplesPerSource": 0}}
+    )
     harness.apply_run("early", spec)
     failed = harness.wait_phase("early", "Failed")
     assert "upgraded" in failed["message"]

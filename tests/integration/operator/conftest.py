@@ -71,7 +71,11 @@ STAGE_PHASES = {
     "regen": "Regenerating", "audit-completions": "AuditingCompletions", "tokenize": "Tokenizing",
     "audit-tokens": "AuditingTokens", "train": "Training", "eval": "Evaluating",
 }  # fmt: skip
+# The canary's stages, for runs that have one (base_spec turns it off).
+CANARY_PHASES = {"canary": "Canary", "audit-canary": "AuditingCanary"}
 STAGE_RESULTS: dict[str, dict[str, Any]] = {
+    "canary": {"stage": "regenerate", "ok": True, "canary": True, "samples": 16},
+    "audit-canary": {"stage": "audit", "ok": True, "verdict": "pass"},
     "regen": {"stage": "regenerate", "ok": True, "samples": 100, "outputTokens": 5000},
     "audit-completions": {"stage": "audit", "ok": True, "verdict": "pass"},
     "tokenize": {"stage": "tokenize", "ok": True, "samples": 200, "tokens": 90000},

@@ -77,6 +77,11 @@ def test_a_failing_canary_stops_the_run_before_any_shard_and_a_retry_redoes_the_
     harness.annotate("r1", "dflash.dev/retry", "fixed-the-template")
     wait_for("a second canary", lambda: "r1-canary-2" in harness.names("jobs"))
     harness.wait_phase("r1", "Canary")
+    # Its pod ends, so that no fake GPU stays taken after the test.
+    harness.finish(
+        "r1-canary-2", {"stage": "regenerate", "ok": True, "canary": True, "samples": 32}
+    )
+    harness.wait_phase("r1", "AuditingCanary")
 
 
 def test_a_retry_reruns_the_failed_audit_as_a_new_attempt(harness: Any, make_spec: Any) -> None:

@@ -33,7 +33,6 @@ FAULT_POINTS = (
     "after-create:Job:eval",
     "before-status:Succeeded",
 )
-EXPECTED_JOBS = ["r1-audit-completions", "r1-audit-tokens", "r1-eval", "r1-regen", "r1-tokenize"]
 POINT_TIMEOUT = 60.0
 
 
@@ -66,7 +65,9 @@ def drive(harness: Any) -> int:
 
 def assert_one_child_per_stage(harness: Any) -> None:
     status = harness.wait_phase("r1", "Succeeded")
-    assert harness.names("jobs") == EXPECTED_JOBS
+    assert harness.names("jobs") == sorted(
+        f"r1-{stage}" for stage in harness.stage_phases if stage != "train"
+    )
     assert harness.names("pytorchjobs") == ["r1-train"]
     assert status["attempts"] == dict.fromkeys(harness.stage_phases, 1)
     assert status["acceptanceLength"] == 5.5
