@@ -30,6 +30,19 @@ def with_canary(make_spec: Callable[..., dict[str, Any]], per_source: int = 256)
     return make_spec(regeneration={"shards": 4, "tensorParallel": 2, "canary": canary})
 
 
+def failed_canary(sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]) -> Any:
+    """A run whose canary ran and failed its gate."""
+    world = sim(spec=with_canary(make_spec))
+    world.step()
+    world.finish("r1-canary", result=CANARY_RESULT)
+    world.settle()
+    assert world.status["phase"] == "AuditingCanary"
+    world.finish("r1-audit-canary", ok=False, result=CANARY_FAIL, exit_code=3,
+                 message="PodFailurePolicy: exit code 3")  # fmt: skip
+    world.settle()
+    return world
+
+
 def test_the_canary_runs_first_as_one_pod_on_the_regeneration_pool(
     sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
 ) -> None:
@@ -73,13 +86,7 @@ def test_a_failed_canary_stops_the_run_before_any_shard_and_names_the_source(
 def test_an_approved_canary_fans_out_and_the_full_completions_gate_still_runs(
     sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
 ) -> None:
-    world = sim(spec=with_canary(make_spec))
-    world.step()
-    world.finish("r1-canary", result=CANARY_RESULT)
-    world.settle()
-    world.finish("r1-audit-canary", ok=False, result=CANARY_FAIL, exit_code=3,
-                 message="PodFailurePolicy: exit code 3")  # fmt: skip
-    world.settle()
+    world = failed_canary(sim, make_spec)
     world.step(
         lambda body: body["metadata"]["annotations"].update(
             {"dflash.dev/approve-audit": "canary@1"}
@@ -137,13 +144,7 @@ def test_the_canary_gate_audits_the_canary_folder_with_the_generation_limit(
 def test_a_plain_retry_of_a_failed_canary_starts_over_from_the_canarys_answers(
     sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
 ) -> None:
-    world = sim(spec=with_canary(make_spec))
-    world.step()
-    world.finish("r1-canary", result=CANARY_RESULT)
-    world.settle()
-    world.finish("r1-audit-canary", ok=False, result=CANARY_FAIL, exit_code=3,
-                 message="PodFailurePolicy: exit code 3")  # fmt: skip
-    world.settle()
+    world = failed_canary(sim, make_spec)
     world.step(lambda body: body["metadata"]["annotations"].update({"dflash.dev/retry": "fixed"}))
     world.settle()
 

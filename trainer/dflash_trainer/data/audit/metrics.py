@@ -92,6 +92,24 @@ class Counters:
         return float(self.sums[name].sum())
 
 
+QUANTILES = (10, 50)
+
+
+def length_floors(
+    prefix: str, hist: IntHistogram, thresholds: Any
+) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """(counts, values) of the quantile-floor checks `<prefix>_p10` / `<prefix>_p50`: the rows
+    under each floor (`min_<prefix>_p10` of the thresholds) for the confidence bound, and the
+    percentiles themselves for the report."""
+    counts: dict[str, tuple[float, float]] = {}
+    values: dict[str, float] = {}
+    for q in QUANTILES:
+        floor = getattr(thresholds, f"min_{prefix}_p{q}")
+        counts[f"{prefix}_p{q}"] = (float(hist.count_below(floor)), float(hist.total))
+        values[f"{prefix}_p{q}"] = float(hist.percentile(q))
+    return counts, values
+
+
 def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else 0.0
 

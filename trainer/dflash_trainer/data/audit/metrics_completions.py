@@ -26,6 +26,7 @@ from dflash_trainer.data.audit.metrics import (
     GroupMetrics,
     SourceIndex,
     add_histograms,
+    length_floors,
     overall_histogram,
     ratio,
 )
@@ -178,14 +179,8 @@ class CompletionsAccumulator:
         counts = {check: (value, float(samples)) for check, value in events.items()}
         top_text, top_count = top.top()
         counts["top_response_share"] = (float(top_count), float(samples))
-        counts["completion_tokens_p10"] = (
-            hist.count_below(t.min_completion_tokens_p10),
-            hist.total,
-        )
-        counts["completion_tokens_p50"] = (
-            hist.count_below(t.min_completion_tokens_p50),
-            hist.total,
-        )
+        floor_counts, floor_values = length_floors("completion_tokens", hist, t)
+        counts |= floor_counts
         if get["loop_measured"]:
             counts["repetition_rate"] = (get["loop"], get["loop_measured"])
         if get["language_judged"]:
@@ -193,22 +188,13 @@ class CompletionsAccumulator:
         if t.expect_thinking and thinking is not None:
             counts["empty_thinking_rate"] = (get["empty_thinking"], float(samples))
             counts["near_empty_thinking_rate"] = (get["near_empty_thinking"], float(samples))
-            counts["thinking_tokens_p10"] = (
-                thinking.count_below(t.min_thinking_tokens_p10),
-                thinking.total,
-            )
-            counts["thinking_tokens_p50"] = (
-                thinking.count_below(t.min_thinking_tokens_p50),
-                thinking.total,
-            )
+            thinking_counts, thinking_values = length_floors("thinking_tokens", thinking, t)
+            counts |= thinking_counts
+            floor_values |= thinking_values
         values = {"samples": float(samples)}
         for check, (ev, trials) in counts.items():
             values[check] = ratio(ev, trials)
-        values["completion_tokens_p10"] = float(hist.percentile(10))
-        values["completion_tokens_p50"] = float(hist.percentile(50))
-        if "thinking_tokens_p10" in counts and thinking is not None:
-            values["thinking_tokens_p10"] = float(thinking.percentile(10))
-            values["thinking_tokens_p50"] = float(thinking.percentile(50))
+        values |= floor_values  # the floors' values are the percentiles, not the shares
         dup_keys, dup_counts = duplicated_keys(keys[1], DUPLICATES_SHOWN)
         details: dict[str, Any] = {
             "outputTokens": hist.summary(),

@@ -31,6 +31,7 @@ from dflash_trainer.data.audit.metrics import (
     GroupMetrics,
     SourceIndex,
     add_histograms,
+    length_floors,
     overall_histogram,
     ratio,
 )
@@ -273,9 +274,9 @@ class TokensAccumulator:
             "loss_mask_mode_share": (float(mode_count), n),
             "stub_rate": (get["stub"], n),
             "no_anchor_rate": (get["no_anchor"], n),
-            "completion_tokens_p10": (mask_hist.count_below(t.min_completion_tokens_p10), n),
-            "completion_tokens_p50": (mask_hist.count_below(t.min_completion_tokens_p50), n),
         }
+        floor_counts, floor_values = length_floors("completion_tokens", mask_hist, t)
+        counts |= floor_counts
         if get["truncation_known"]:
             counts["seq_truncation_rate"] = (get["truncated"], get["truncation_known"])
         if self.knows_thinking and t.expect_thinking:
@@ -283,14 +284,9 @@ class TokensAccumulator:
             counts["empty_thinking_rate"] = (get["empty_thinking"], n)
             counts["near_empty_thinking_rate"] = (get["near_empty_thinking"], n)
             if thinking is not None and thinking.total:
-                counts["thinking_tokens_p10"] = (
-                    thinking.count_below(t.min_thinking_tokens_p10),
-                    thinking.total,
-                )
-                counts["thinking_tokens_p50"] = (
-                    thinking.count_below(t.min_thinking_tokens_p50),
-                    thinking.total,
-                )
+                thinking_counts, thinking_values = length_floors("thinking_tokens", thinking, t)
+                counts |= thinking_counts
+                floor_values |= thinking_values
         if get["drift_checked"]:
             counts["drift_rate"] = (get["drift"], get["drift_checked"])
         if get["loop_measured"]:
@@ -301,11 +297,7 @@ class TokensAccumulator:
         if duplicates is not None:
             counts["duplicate_completion_rate"] = (float(duplicates), n)
         values = {"samples": n} | {k: ratio(ev, tr) for k, (ev, tr) in counts.items()}
-        values["completion_tokens_p10"] = float(mask_hist.percentile(10))
-        values["completion_tokens_p50"] = float(mask_hist.percentile(50))
-        if "thinking_tokens_p10" in counts and thinking is not None:
-            values["thinking_tokens_p10"] = float(thinking.percentile(10))
-            values["thinking_tokens_p50"] = float(thinking.percentile(50))
+        values |= floor_values  # the floors' values are the percentiles, not the shares
         values["supervised_fraction"] = ratio(get["supervised"], get["tokens"])
         values["supervised_tokens"] = get["supervised"]
         details: dict[str, Any] = {

@@ -16,26 +16,23 @@ import math
 CONFIDENCE_Z = 2.326
 
 
-def wilson_lower(events: float, samples: float, z: float = CONFIDENCE_Z) -> float:
-    """Lower one-sided Wilson bound of a rate `events / samples` (0 for no samples)."""
-    if samples <= 0:
-        return 0.0
+def _wilson(events: float, samples: float, z: float, side: int) -> float:
+    """One side (-1 lower, +1 upper) of the Wilson score interval of `events / samples`."""
     p = events / samples
     z2 = z * z
     centre = p + z2 / (2 * samples)
     spread = z * math.sqrt(max(p * (1 - p) / samples + z2 / (4 * samples * samples), 0.0))
-    return max(0.0, (centre - spread) / (1 + z2 / samples))
+    return (centre + side * spread) / (1 + z2 / samples)
+
+
+def wilson_lower(events: float, samples: float, z: float = CONFIDENCE_Z) -> float:
+    """Lower one-sided Wilson bound of a rate `events / samples` (0 for no samples)."""
+    return max(0.0, _wilson(events, samples, z, -1)) if samples > 0 else 0.0
 
 
 def wilson_upper(events: float, samples: float, z: float = CONFIDENCE_Z) -> float:
     """Upper one-sided Wilson bound of a rate `events / samples` (1 for no samples)."""
-    if samples <= 0:
-        return 1.0
-    p = events / samples
-    z2 = z * z
-    centre = p + z2 / (2 * samples)
-    spread = z * math.sqrt(max(p * (1 - p) / samples + z2 / (4 * samples * samples), 0.0))
-    return min(1.0, (centre + spread) / (1 + z2 / samples))
+    return min(1.0, _wilson(events, samples, z, 1)) if samples > 0 else 1.0
 
 
 def is_rate_above(events: float, samples: float, limit: float, z: float = CONFIDENCE_Z) -> bool:
