@@ -46,16 +46,39 @@ def test_the_regenerate_command_line_parses_with_the_spec_values(example: str) -
 
 
 @pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
-@pytest.mark.parametrize("gate", [Gate.COMPLETIONS, Gate.TOKENS])
+@pytest.mark.parametrize("gate", [Gate.CANARY, Gate.COMPLETIONS, Gate.TOKENS])
 def test_the_audit_command_line_parses_with_the_gate_and_training_shape(
     example: str, gate: Gate
 ) -> None:
     spec = load_spec(example)
     argv = commands.build_audit_args(spec, gate, RUN_ROOT)
     args = audit_parser().parse_args(module_args(argv, "dflash_trainer.data.audit"))
-    assert args.gate == gate.value and args.run_root == RUN_ROOT
+    assert args.gate == gate.trainer_gate and args.run_root == RUN_ROOT
     assert args.block_size == spec.drafter.block_size
     assert args.max_seq_len == spec.tokenization.max_seq_len
+    if gate == Gate.TOKENS:
+        assert args.max_tokens == 0  # the generation limit is the completions gates' business
+    else:
+        assert args.max_tokens == spec.regeneration.max_new_tokens
+    if gate == Gate.CANARY:
+        assert args.path == f"{RUN_ROOT}/canary/regen" and args.out == f"{RUN_ROOT}/audit/canary"
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
+def test_the_canary_command_line_is_the_regenerate_one_on_a_sample(example: str) -> None:
+    spec = load_spec(example)
+    argv = commands.build_canary_args(spec, RUN_ROOT)
+    args = regenerate_parser().parse_args(module_args(argv, "dflash_trainer.data.regenerate"))
+    assert args.canary_samples_per_source == spec.regeneration.canary.samples_per_source
+    shards = regenerate_parser().parse_args(
+        module_args(
+            commands.build_regenerate_args(spec, RUN_ROOT), "dflash_trainer.data.regenerate"
+        )
+    )
+    # Same engine and sampling as the shards, so that the shards may reuse its answers.
+    for name in ("model", "engine", "max_tokens", "temperature", "top_p", "seed", "dtype",
+                 "enable_thinking", "engine_arg", "tensor_parallel_size"):  # fmt: skip
+        assert getattr(args, name) == getattr(shards, name), name
 
 
 @pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
@@ -65,6 +88,9 @@ def test_the_tokenize_command_line_parses_with_the_spec_values(example: str) -> 
     args = tokenize_parser().parse_args(module_args(argv, "dflash_trainer.data.tokenize"))
     assert args.max_seq_len == spec.tokenization.max_seq_len
     assert args.enable_thinking is spec.target.thinking
+    assert args.truncated_answers == spec.tokenization.truncated_answers.value.lower()
+    assert args.max_template_mismatch_rate == spec.tokenization.max_template_mismatch_rate
+    assert args.max_new_tokens == spec.regeneration.max_new_tokens
 
 
 @pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qwen3.6-27b.yaml"])
