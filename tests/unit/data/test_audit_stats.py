@@ -145,3 +145,16 @@ def test_script_counts_agree_with_python_on_mixed_text() -> None:
     for row, text in zip(counts, texts, strict=True):
         letters = Counter(ch for ch in text if ch.isalpha())
         assert row.sum() == sum(letters.values()), text
+
+
+def test_a_chunked_list_column_flattens_like_its_combined_form() -> None:
+    from dflash_trainer.data.audit.lists import flatten_list
+
+    chunks = [pa.array([[1, 2], [], None]), pa.array([[3]]), pa.array([[4, 5, 6], [7]])]
+    chunked = pa.chunked_array(chunks)
+    ours, combined = (
+        flatten_list(chunked, np.int32),
+        flatten_list(chunked.combine_chunks(), np.int32),
+    )
+    assert ours.values.tolist() == combined.values.tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert ours.offsets.tolist() == combined.offsets.tolist() == [0, 2, 2, 2, 3, 6, 7]

@@ -126,9 +126,12 @@ def iter_batches(
             raise BadInputError(f"{uri}: unreadable as Parquet/Arrow: {exc}") from None
 
 
-def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int) -> Iterator[pa.RecordBatch]:
-    """Join small consecutive batches (HF `save_to_disk` writes 1,000 rows each) into batches
-    of at least `min_rows`: fewer, larger whole-array passes (measured ~15% faster)."""
+def coalesce(
+    batches: Iterator[pa.RecordBatch], min_rows: int
+) -> Iterator[pa.RecordBatch | pa.Table]:
+    """Join small consecutive batches (HF `save_to_disk` writes 1,000 rows each) into tables
+    of at least `min_rows`, without copying: fewer, larger whole-array passes (measured ~15%
+    faster). The gates read a table like a batch (`column`, `schema`, `num_rows`)."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
@@ -147,10 +150,10 @@ def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int) -> Iterator[pa.Re
         yield _joined(pending)
 
 
-def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch | pa.Table:
     if len(batches) == 1:
         return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return pa.Table.from_batches(batches)
 
 
 # Arrow's S3 client reports these for an unreachable or overloaded store.

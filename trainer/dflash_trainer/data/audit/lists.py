@@ -28,9 +28,19 @@ class FlatList:
 
 
 def flatten_list(column: pa.Array | pa.ChunkedArray, dtype: type[np.generic]) -> FlatList:
-    """Zero-copy where possible; null lists count as empty."""
+    """Zero-copy where possible; null lists count as empty. The chunks of a chunked column are
+    joined with one numpy concatenation (faster than Arrow's combine_chunks, measured)."""
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        if column.num_chunks == 1:
+            column = column.chunk(0)
+        else:
+            parts = [flatten_list(chunk, dtype) for chunk in column.chunks]
+            sizes = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
+            offsets = np.concatenate(
+                [parts[0].offsets[:1]]
+                + [p.offsets[1:] + size for p, size in zip(parts, sizes, strict=True)]
+            )
+            return FlatList(np.concatenate([p.values for p in parts]), offsets)
     if pa.types.is_large_list(column.type):
         column = column.cast(pa.list_(column.type.value_type))
     offsets = np.asarray(column.offsets, dtype=np.int64)
