@@ -115,8 +115,8 @@ def bench_resume(state_dir: Path, kill_at: float) -> None:
     os.environ["DFLASH_STATE_DIR"] = str(state_dir)
     from dflash_dev.demo import assets, environment, manifest
 
-    env = environment.ensure_environment()
     namespace = f"bench-resume-{secrets.token_hex(3)}"
+    env = environment.ensure_environment(namespace)
     environment.operator_local.kubectl(env.admin, "create", "namespace", namespace)
     environment.ensure_s3_secret(env.admin, namespace, env.s3)
     client = env.s3.client()

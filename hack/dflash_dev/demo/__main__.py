@@ -68,7 +68,7 @@ def run_demo(broken: bool) -> int:
     console.rule(
         "DFlash Operator demo" + (": broken data (the incident, replayed)" if broken else "")
     )
-    env = environment.ensure_environment(say=console.print)
+    env = environment.ensure_environment(NAMESPACE, say=console.print)
     environment.ensure_s3_secret(env.admin, NAMESPACE, env.s3)
     files = _prepare_assets(console, env, broken)
     run = build_demo_run(env, broken, files)

@@ -108,13 +108,17 @@ def _operator_info() -> Path:
     return demo_dir() / "operator.json"
 
 
-def running_operator() -> OperatorHandle | None:
+def running_operator(namespaces: tuple[str, ...]) -> OperatorHandle | None:
     tracked = procs.read_tracked(demo_dir(), OPERATOR)
     if tracked is None or not tracked.is_alive():
         return None
     try:
         info = json.loads(_operator_info().read_text())
     except (OSError, ValueError):
+        return None
+    if info.get("namespaces") != list(namespaces):
+        # Started for other namespaces (or cluster-wide, by an older demo): replace it.
+        stop_operator()
         return None
     return OperatorHandle(tracked.pid, tracked.log, str(info["health_url"]))
 
@@ -139,12 +143,16 @@ def _wait_healthy(handle: OperatorHandle) -> None:
     )
 
 
-def ensure_operator(admin: Path, values: dict[str, Any]) -> OperatorHandle:
+def ensure_operator(
+    admin: Path, values: dict[str, Any], namespaces: tuple[str, ...]
+) -> OperatorHandle:
     """The chart's CRD, RBAC and pools (with `values`) installed; the operator running as the
-    chart's ServiceAccount, never admin."""
+    chart's ServiceAccount, never admin, watching only `namespaces` (the chart's
+    `operator.watchNamespaces`): on a shared cluster it never acts on another operator's runs,
+    for example those of `make test` started while the demo's operator still runs."""
     workdir = demo_dir()
     helm_args = write_values(values, workdir / "values.yaml")
-    running = running_operator()
+    running = running_operator(namespaces)
     kubeconfig, pools = operator_local.prepare(admin, workdir, *helm_args)
     if running is not None:
         return running
@@ -158,11 +166,13 @@ def ensure_operator(admin: Path, values: dict[str, Any]) -> OperatorHandle:
         "DFLASH_HEALTH_PORT": str(health_port),
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
+        "DFLASH_NAMESPACES": ",".join(namespaces),
     }
     argv = [str(venv_bin() / "python"), "-m", "dflash_operator.main"]
     tracked = procs.start(workdir, OPERATOR, argv, env=env)
     handle = OperatorHandle(tracked.pid, tracked.log, f"http://127.0.0.1:{health_port}/healthz")
-    _operator_info().write_text(json.dumps({"health_url": handle.health_url}))
+    info = {"health_url": handle.health_url, "namespaces": list(namespaces)}
+    _operator_info().write_text(json.dumps(info))
     _wait_healthy(handle)
     return handle
 
@@ -181,8 +191,9 @@ class DemoEnvironment:
     executor_state: Path
 
 
-def ensure_environment(say: Any = print) -> DemoEnvironment:
-    """Cluster, S3, executor, operator: each started unless it already runs."""
+def ensure_environment(namespace: str, say: Any = print) -> DemoEnvironment:
+    """Cluster, S3, executor, operator (watching `namespace` only): each started unless it
+    already runs."""
     started = time.monotonic()
     info = cluster.up()
     say(
@@ -193,9 +204,10 @@ def ensure_environment(say: Any = print) -> DemoEnvironment:
     executor = executor_service.executor_up(nodes=2)
     say(f"process executor up: nodes {', '.join(executor['nodes'])} run pods as local processes")
     admin = Path(info.kubeconfig)
-    operator = ensure_operator(admin, executor_pool_values())
+    operator = ensure_operator(admin, executor_pool_values(), (namespace,))
     say(
-        f"operator up (pid {operator.pid}, chart RBAC, pool {DEMO_POOL} -> executor nodes); log {operator.log}"
+        f"operator up (pid {operator.pid}, chart RBAC, namespace {namespace}, pool {DEMO_POOL} -> "
+        f"executor nodes); log {operator.log}"
     )
     return DemoEnvironment(
         admin, s3, operator, tuple(executor["nodes"]), Path(executor["state_dir"])
