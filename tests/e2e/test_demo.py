@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dflash_dev.demo.harness import DemoHarness
+from dflash_dev.demo.harness import STAGE_JOBS, DemoHarness
 from dflash_dev.demo.summary import split_s3_uri
 from dflash_dev.kube_wait import get_json
 from dflash_trainer.eval.greedy import greedy_generate
@@ -19,15 +19,6 @@ from dflash_trainer.model.target import load_target
 from dflash_trainer.tiny.prompts import build_prompts
 from transformers import AutoTokenizer
 
-STAGES = (
-    "canary",
-    "audit-canary",
-    "regen",
-    "audit-completions",
-    "tokenize",
-    "audit-tokens",
-    "eval",
-)
 VERIFY_PROMPTS = 4
 VERIFY_NEW_TOKENS = 40
 
@@ -74,7 +65,7 @@ def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
     assert status["phase"] == "Succeeded", harness.describe("demo")
 
     # One child per stage, each pod on this session's executor nodes.
-    assert harness.children("jobs") == [f"demo-{stage}" for stage in sorted(STAGES)]
+    assert harness.children("jobs") == [f"demo-{stage}" for stage in STAGE_JOBS]
     assert harness.children("pytorchjobs") == ["demo-train"]
     nodes = {pod["spec"]["nodeName"] for pod in harness.pods()}
     assert nodes <= set(harness.executor.nodes)

@@ -13,20 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from dflash_dev.demo.harness import DemoHarness
+from dflash_dev.demo.harness import STAGE_JOBS, DemoHarness
 from dflash_dev.demo.private_s3 import PrivateS3
 from dflash_dev.demo.summary import split_s3_uri
 from dflash_dev.pytest_plugin import S3Handle
 
-STAGE_JOBS = [
-    "audit-canary",
-    "audit-completions",
-    "audit-tokens",
-    "canary",
-    "eval",
-    "regen",
-    "tokenize",
-]
 SAMPLES = 4 * 16
 # Long enough to be killed mid-way on a fast machine: ~16 checkpoints of 4 steps.
 LONG_TRAINING = {"epochs": 16, "anchorsPerSequence": 64, "checkpointEverySteps": 4}

@@ -7,17 +7,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
-from dflash_dev.demo.harness import DemoHarness
-
-STAGE_JOBS = [
-    "audit-canary",
-    "audit-completions",
-    "audit-tokens",
-    "canary",
-    "eval",
-    "regen",
-    "tokenize",
-]
+from dflash_dev.demo.harness import STAGE_JOBS, DemoHarness
 
 
 @pytest.fixture

@@ -28,6 +28,9 @@ SMALL_SPEC: dict[str, Any] = {
     "ttlSecondsAfterFinished": None,  # keep the children: tests count them
 }
 MANAGED = "app.kubernetes.io/managed-by=dflash-operator"
+# The Jobs a run at test size creates, one per stage (sorted as `children` lists them).
+STAGE_JOBS = ("audit-canary", "audit-completions", "audit-tokens", "canary", "eval", "regen",
+              "tokenize")  # fmt: skip
 
 
 @dataclass

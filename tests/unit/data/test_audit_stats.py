@@ -158,3 +158,19 @@ def test_a_chunked_list_column_flattens_like_its_combined_form() -> None:
     )
     assert ours.values.tolist() == combined.values.tolist() == [1, 2, 3, 4, 5, 6, 7]
     assert ours.offsets.tolist() == combined.offsets.tolist() == [0, 2, 2, 2, 3, 6, 7]
+
+
+def test_negative_token_ids_are_refused_with_a_message_not_a_traceback(tmp_path: Path) -> None:
+    import json as _json
+
+    import pyarrow.parquet as pq
+    from dflash_trainer.data.audit.cli import main
+
+    table = pa.table({"input_ids": pa.array([[1, 2, -1, 4]], pa.list_(pa.int32())),
+                      "loss_mask": pa.array([[0, 1, 1, 1]], pa.list_(pa.int8()))})  # fmt: skip
+    pq.write_table(table, tmp_path / "data.parquet")
+    log = tmp_path / "log"
+    code = main([str(tmp_path / "data.parquet"), "--out", str(tmp_path / "out"),
+                 "--termination-log", str(log)])  # fmt: skip
+    assert code == 2
+    assert "input_ids must be token ids >= 0" in _json.loads(log.read_text())["message"]

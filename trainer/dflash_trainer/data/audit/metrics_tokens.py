@@ -178,6 +178,8 @@ def token_features(
     if "input_ids" not in names:
         return feats
     ids = flatten_list(batch.column("input_ids"), np.int32)
+    if len(ids.values) and int(ids.values.min()) < 0:
+        raise ValueError("input_ids must be token ids >= 0 (found a negative id)")
     vocab = settings.vocab
     think_end = settings.think_end_id if vocab is None else vocab.think_end
     think_start = settings.think_start_id if vocab is None else vocab.think_start

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from dflash_trainer.data.errors import BadInputError
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 # Decoding the whole vocabulary one id at a time is fast in the Rust tokenizer (~0.3 s for
@@ -69,7 +71,8 @@ class VocabInfo:
 
     def whitespace_table(self, ids: np.ndarray) -> np.ndarray:
         """bool table over ids (at least up to max(ids)): True for whitespace-only ids."""
-        size = max(int(ids.max()) + 1 if len(ids) else 1, self.vocab_size, 1)
+        largest = max(self.whitespace_ids) if self.whitespace_ids else 0
+        size = max(int(ids.max()) + 1 if len(ids) else 1, self.vocab_size, largest + 1)
         cached = self._table.get("whitespace")
         if cached is not None and len(cached) >= size:
             return cached
@@ -118,7 +121,9 @@ class VocabInfo:
         assistant header, without it the header is left unknown."""
         size = len(tokenizer)
         if size > MAX_VOCAB:
-            raise ValueError(f"the tokenizer claims {size} ids; at most {MAX_VOCAB} are supported")
+            raise BadInputError(
+                f"--model: the tokenizer has {size:,} ids; at most {MAX_VOCAB:,} are supported"
+            )
         backend = tokenizer.backend_tokenizer
         texts = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
         whitespace = tuple(i for i, t in enumerate(texts) if t and not t.strip())
