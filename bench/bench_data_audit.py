@@ -19,9 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -30,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from audit_process import ONE_CORE, run_cli_audit
 from dflash_trainer.data.audit.cli import COALESCE_ROWS
 from dflash_trainer.data.audit.dataset import coalesce, iter_batches, resolve_files
 from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
@@ -57,12 +55,6 @@ VOCAB = VocabInfo(
 TOKENIZER_INFO = VOCAB.to_manifest()
 COLUMNS = ["source", "input_ids", "loss_mask"]
 CACHE = Path(os.environ.get("DFLASH_BENCH_DIR", Path.home() / ".cache" / "dflash" / "bench"))
-ONE_CORE = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-RSS_WRAPPER = (
-    "import resource, subprocess, sys, time\n"
-    "t = time.monotonic(); code = subprocess.run(sys.argv[1:]).returncode\n"
-    "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)\n"
-)
 
 
 def build_dataset(folder: Path, samples: int) -> int:
@@ -104,28 +96,6 @@ def write_subset_manifest(seed: Path, folder: Path, chunks: int) -> int:
     tokens = int(sum(s["tokens"] for s in shards))
     (folder / "_SUCCESS.json").write_text(json.dumps(data | {"shards": shards, "tokens": tokens}))
     return tokens
-
-
-def run_cli_audit(folder: Path) -> dict[str, Any]:
-    """`dflash-audit` in a fresh process on one core: wall time, peak RSS, exit code."""
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [*ONE_CORE, sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m",
-               "dflash_trainer.data.audit", str(folder), "--gate", "tokens", "--out", out, "--quiet"]  # fmt: skip
-        env = os.environ | {
-            "OMP_NUM_THREADS": "1",
-            "ARROW_NUM_THREADS": "1",
-            "ARROW_IO_THREADS": "1",
-        }
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        wall, rss_kb, code = result.stdout.strip().splitlines()[-1].split()
-        report = json.loads((Path(out) / "report.json").read_text())
-    return {
-        "wall_s": float(wall),
-        "audit_s": float(report["settings"]["seconds"]),
-        "peak_rss_mb": int(rss_kb) / 1024,
-        "exit": int(code),
-        "violations": [v["check"] for v in report["violations"]],
-    }
 
 
 def per_row_audit(rows: list[dict[str, Any]], block: int, think_end: int) -> dict[str, Any]:
@@ -247,8 +217,8 @@ def main() -> None:
     vectorized_audit(coalesce(iter_batches(files, COLUMNS, HF_BATCH_ROWS), COALESCE_ROWS))  # type: ignore[arg-type]
     ours_full_s = time.perf_counter() - t0
 
-    full = run_cli_audit(seed)
-    part = run_cli_audit(quarter)
+    full = run_cli_audit(seed, "--gate", "tokens")
+    part = run_cli_audit(quarter, "--gate", "tokens")
     per_token = (full["audit_s"] - part["audit_s"]) / (tokens - quarter_tokens)
     post_regen_s = full["audit_s"] + per_token * (POST_REGEN_TOKENS - tokens)
 

@@ -23,9 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -33,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from audit_process import ONE_CORE, run_cli_audit
 from dflash_trainer.data.audit.completion_features import CompletionSettings
 from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
 from dflash_trainer.data.audit.metrics_completions import CompletionsAccumulator
@@ -54,13 +52,7 @@ VOCAB = VocabInfo(
     vocab_size=LAYOUT.vocab_size + 32,
 )
 CACHE = Path(os.environ.get("DFLASH_BENCH_DIR", Path.home() / ".cache" / "dflash" / "bench"))
-ONE_CORE = ["taskset", "-c", "0"] if shutil.which("taskset") else []
 COLUMNS = CompletionsAccumulator.columns()
-RSS_WRAPPER = (
-    "import resource, subprocess, sys, time\n"
-    "t = time.monotonic(); code = subprocess.run(sys.argv[1:]).returncode\n"
-    "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)\n"
-)
 
 
 def build_dataset(folder: Path, samples: int) -> int:
@@ -93,28 +85,6 @@ def write_quarter(seed: Path, folder: Path) -> int:
     rows = sum(f["rows"] for f in files)
     (folder / "shard-00000.commit.json").write_text(json.dumps(commit | {"files": files}))
     return rows
-
-
-def run_cli_audit(folder: Path) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [*ONE_CORE, sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m",
-               "dflash_trainer.data.audit", str(folder), "--gate", "completions",
-               "--max-new-tokens", str(MAX_NEW_TOKENS), "--out", out, "--quiet"]  # fmt: skip
-        env = os.environ | {
-            "OMP_NUM_THREADS": "1",
-            "ARROW_NUM_THREADS": "1",
-            "ARROW_IO_THREADS": "1",
-        }
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        wall, rss_kb, code = result.stdout.strip().splitlines()[-1].split()
-        report = json.loads((Path(out) / "report.json").read_text())
-    return {
-        "wall_s": float(wall),
-        "audit_s": float(report["settings"]["seconds"]),
-        "peak_rss_mb": int(rss_kb) / 1024,
-        "exit": int(code),
-        "violations": [v["check"] for v in report["violations"]],
-    }
 
 
 WS = re.compile(r"[ \t\n\x0b\x0c\r]+")
@@ -234,8 +204,8 @@ def main() -> None:
     vectorized_audit(iter_batches(files, COLUMNS, BATCH_ROWS))
     ours_full_s = time.perf_counter() - t0
 
-    full = run_cli_audit(seed)
-    part = run_cli_audit(quarter)
+    full = run_cli_audit(seed, "--gate", "completions", "--max-new-tokens", str(MAX_NEW_TOKENS))
+    part = run_cli_audit(quarter, "--gate", "completions", "--max-new-tokens", str(MAX_NEW_TOKENS))
     per_row_s = (full["audit_s"] - part["audit_s"]) / (args.samples - quarter_rows)
     per_token = per_row_s * args.samples / tokens
     post_regen_s = full["audit_s"] + per_token * (POST_REGEN_TOKENS - tokens)
