@@ -8,7 +8,7 @@ The completions gate (`metrics_completions`) sums them per source; the examples 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +46,6 @@ class CompletionSettings:
 
     vocab: VocabInfo | None = None
     max_new_tokens: int | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def large_strings(batch: pa.RecordBatch, name: str) -> pa.Array | None:

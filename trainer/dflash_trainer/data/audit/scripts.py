@@ -150,10 +150,3 @@ def wrong_language(prompt: np.ndarray, answer: np.ndarray) -> tuple[np.ndarray, 
     shared = (answer * prompt_scripts).sum(axis=1)
     wrong = judged & (shared < ANSWER_SHARED_SHARE * answer_letters)
     return judged, wrong
-
-
-def dominant_script(counts: np.ndarray) -> list[str]:
-    """The name of each row's most used script (`none` without letters), for reports."""
-    best = counts.argmax(axis=1)
-    names = [s.name.lower() for s in Script]
-    return [names[int(b)] if counts[i, b] else "none" for i, b in enumerate(best)]

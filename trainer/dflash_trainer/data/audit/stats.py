@@ -40,11 +40,6 @@ def is_rate_above(events: float, samples: float, limit: float, z: float = CONFID
     return samples > 0 and wilson_lower(events, samples, z) > limit
 
 
-def is_rate_below(events: float, samples: float, limit: float, z: float = CONFIDENCE_Z) -> bool:
-    """Whether the true rate is below `limit` with confidence (upper bound < limit)."""
-    return samples > 0 and wilson_upper(events, samples, z) < limit
-
-
 def binomial_tail(samples: int, rate: float, at_least: int) -> float:
     """P[X >= at_least] for X ~ Binomial(samples, rate): exact, for the false-alarm tables."""
     if at_least <= 0:
