@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from dflash_trainer.data.audit.lists import FlatList, runs_of_ones
 from dflash_trainer.data.audit.ngrams import ngram_stats
 from dflash_trainer.data.audit.scripts import Script, script_counts, wrong_language
 from dflash_trainer.data.audit.stats import (
@@ -102,6 +103,25 @@ def test_counted_windows_stay_inside_the_mask_and_fingerprints_match_equal_rows(
     assert stats.ngrams.tolist() == [3, 3, 3, 0]  # the gap in the last row leaves no window
     assert stats.fingerprints[0] == stats.fingerprints[1]  # same supervised tokens
     assert stats.fingerprints[0] != stats.fingerprints[2]
+
+
+def test_windows_of_mask_runs_match_the_windows_of_the_whole_rows() -> None:
+    """The gate passes the mask's runs: keys are then computed on the supervised tokens alone.
+    Same windows, same repeats, same fingerprints as the row-by-row path, on masks with several
+    runs per row, runs shorter than a window, empty rows and rows without supervision."""
+    rng = np.random.default_rng(7)
+    lengths = [0, 1, 3, 4, 5, 40, 300, 2000, *rng.integers(0, 600, 200)]
+    flat = rng.integers(0, 12, int(sum(lengths))).astype(np.int32)  # small vocab: real repeats
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    counted = (rng.random(len(flat)) < 0.85).astype(np.int8)
+    counted[offsets[5] : offsets[6]] = 0  # a row with no supervision
+    runs = runs_of_ones(FlatList(counted, offsets))
+    by_runs = ngram_stats(flat, offsets, counted, (runs.starts, runs.ends, runs.rows))
+    by_rows = ngram_stats(flat, offsets, counted)
+    assert by_runs.ngrams.sum() > 1000
+    assert by_runs.ngrams.tolist() == by_rows.ngrams.tolist()
+    assert by_runs.repeats.tolist() == by_rows.repeats.tolist()
+    assert by_runs.fingerprints.tolist() == by_rows.fingerprints.tolist()
 
 
 def test_near_duplicate_keys_fold_ascii_case_and_whitespace_like_python_would() -> None:

@@ -62,6 +62,50 @@ def contiguous_keys(v: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return mixed
 
 
+def _window_starts(ends: np.ndarray, n: int) -> np.ndarray:
+    """Valid window starts of a flat array cut into pieces ending at `ends`: a window that
+    starts in the last 3 tokens of a piece crosses into the next one."""
+    valid = np.ones(max(n - (NGRAM - 1), 0), dtype=bool)
+    crossing = (ends[:, None] - np.arange(1, NGRAM)).ravel()
+    valid[crossing[(crossing >= 0) & (crossing < len(valid))]] = False
+    return valid
+
+
+def _keys_of_rows(
+    v: np.ndarray, offsets: np.ndarray, counted: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keys of the windows inside each row (all of a row's tokens, or those `counted` marks)."""
+    valid = _window_starts(offsets[1:], len(v))
+    if counted is None:
+        per_row = np.maximum(np.diff(offsets) - (NGRAM - 1), 0)
+    else:
+        c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
+        valid &= c[:-3] & c[1:-2] & c[2:-1] & c[3:]
+        per_row = np.diff(np.searchsorted(np.flatnonzero(valid), offsets))
+    return contiguous_keys(v, valid), per_row
+
+
+def _keys_of_runs(
+    v: np.ndarray,
+    counted: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keys of the windows inside each run of counted tokens, computed on the counted tokens
+    alone (compressed once): the keys of a prompt are never computed (half the tokens of a
+    chat dataset). Runs never cross a row, so the windows are the same as `_keys_of_rows`."""
+    starts, ends, run_rows = runs
+    c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
+    kept = v[c]
+    valid = _window_starts(np.cumsum(ends - starts), len(kept))
+    # windows of a run of ones: its length - 3
+    windows = np.maximum(ends - starts - (NGRAM - 1), 0)
+    per_row = np.bincount(run_rows, weights=windows, minlength=rows).astype(np.int64)
+    if len(kept) < NGRAM:
+        return np.zeros(0, dtype=np.uint32), per_row
+    return contiguous_keys(kept, valid), per_row
+
+
 @dataclass(frozen=True)
 class NgramStats:
     ngrams: np.ndarray  # counted 4-grams per row
@@ -86,23 +130,10 @@ def ngram_stats(
         return NgramStats(zeros, zeros.copy(), np.zeros(rows, dtype=np.uint64))
     # int32 ids are reinterpreted, not copied.
     v = values.view(np.uint32) if values.dtype == np.int32 else values.astype(np.uint32)
-    if counted is None:
-        valid = np.ones(len(v) - (NGRAM - 1), dtype=bool)
-        per_row = np.maximum(np.diff(offsets) - (NGRAM - 1), 0)
+    if counted is not None and runs is not None:
+        mixed, per_row = _keys_of_runs(v, counted, runs, rows)
     else:
-        c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
-        valid = c[:-3] & c[1:-2] & c[2:-1] & c[3:]
-    # Windows that start in the last 3 tokens of a row cross into the next one.
-    crossing = (offsets[1:, None] - np.arange(1, NGRAM)).ravel()
-    valid[crossing[(crossing >= 0) & (crossing < len(valid))]] = False
-    if counted is not None:
-        if runs is None:
-            per_row = np.diff(np.searchsorted(np.flatnonzero(valid), offsets))
-        else:  # windows of a run of ones: its length - 3 (runs never cross a row)
-            starts, ends, run_rows = runs
-            windows = np.maximum(ends - starts - (NGRAM - 1), 0)
-            per_row = np.bincount(run_rows, weights=windows, minlength=rows).astype(np.int64)
-    mixed = contiguous_keys(v, valid)
+        mixed, per_row = _keys_of_rows(v, offsets, counted)
     # Fingerprint: the sum of the row's 4-gram hashes (64-bit, so sums do not wrap) and
     # their count: equal token sequences, equal fingerprints.
     fingerprints = per_row.astype(np.uint64) * FINGERPRINT_SEED
