@@ -28,6 +28,8 @@ ANNOTATION_APPROVE_AUDIT = f"{GROUP}/approve-audit"
 LABEL_RUN = f"{GROUP}/run"
 LABEL_STAGE = f"{GROUP}/stage"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The UID of the run a child belongs to, on children without an ownerReference (the cleanup Job).
+LABEL_RUN_UID = f"{GROUP}/run-uid"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "dflash-operator"
 

@@ -213,6 +213,16 @@ def _termination(state: Mapping[str, Any] | None) -> Termination | None:
     )
 
 
+def controller_uid(meta: Mapping[str, Any]) -> str | None:
+    """The UID of the object that controls a pod (its Job or PyTorchJob), from the controller
+    ownerReference. None for an orphan: garbage collection removes the reference of a deleted
+    owner when it orphans (the `controller-uid` label stays, so it is not trusted alone)."""
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
 def summarize_pod(body: Body) -> PodView | None:
     """A pod of a Job or PyTorchJob: phase, node, and how its main container ended."""
     meta = body.get("metadata") or {}
@@ -230,6 +240,7 @@ def summarize_pod(body: Body) -> PodView | None:
         name=str(meta.get("name")),
         uid=str(meta.get("uid")),
         owner_name=str(owner),
+        owner_uid=controller_uid(meta),
         stage=_stage(labels),
         attempt=_attempt(labels),
         index=int(index) if index is not None and index.isdigit() else None,

@@ -57,11 +57,16 @@ class Termination:
 
 @dataclass(frozen=True)
 class PodView:
-    """A pod of a child: where it ran and how its container ended."""
+    """A pod of a child: where it ran and how its container ended.
+
+    `owner_uid` is the UID of the Job or PyTorchJob that controls it: pods are matched to
+    children by it, never by name, since a re-created run's child takes the old child's name
+    while the old pods may still be terminating (or orphaned, with no owner at all)."""
 
     name: str
     uid: str
     owner_name: str
+    owner_uid: str | None = None
     stage: Stage | None = None
     attempt: int = 1
     index: int | None = None
@@ -99,8 +104,9 @@ class Observed:
                 return child
         return None
 
-    def pods_of(self, owner_name: str) -> tuple[PodView, ...]:
-        return tuple(pod for pod in self.pods if pod.owner_name == owner_name)
+    def pods_of(self, child: ChildView) -> tuple[PodView, ...]:
+        """The child's own pods: those it controls (by UID), never a namesake's."""
+        return tuple(pod for pod in self.pods if pod.owner_uid == child.uid)
 
     def failure(self, kind: str, name: str) -> CreateFailure | None:
         for failure in self.create_failures:
@@ -113,8 +119,8 @@ class Observed:
         if uid is None:
             return self
         kept = tuple(c for c in self.children if c.owner_uid in (None, uid))
-        names = {c.name for c in kept}
-        pods = tuple(p for p in self.pods if p.owner_name in names)
+        uids = {c.uid for c in kept}
+        pods = tuple(p for p in self.pods if p.owner_uid in uids)
         return replace(self, children=kept, pods=pods)
 
     def with_children(self, updated: Iterable[ChildView]) -> Observed:

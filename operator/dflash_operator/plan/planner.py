@@ -240,7 +240,7 @@ def _step(
     draft.set_attempt(stage, attempt)
     if draft.status.start_time is None:
         draft.status.start_time = draft.now
-    pods = observed.pods_of(name)
+    pods = observed.pods_of(child)
     if not child.finished.done:
         if stage == Stage.TRAIN:
             # Adopted after a crash: make sure (and record) that its identity exists too.

@@ -70,7 +70,7 @@ def prune_after_success(
             if condition is None:  # created in this pass, or adopted after a crash
                 _started(draft, name, root)
             return
-        pods = observed.pods_of(name)
+        pods = observed.pods_of(child)
         if not child.finished.ok:
             _fail(
                 draft, root, f"Job {name} failed: {describe_failure(pods, child.finished.message)}"

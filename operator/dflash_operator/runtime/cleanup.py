@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dflash_operator.api.constants import CLEANUP_SCOPES, Reason, Stage
+from dflash_operator.api.constants import CLEANUP_SCOPES, LABEL_RUN_UID, Reason, Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.api.validation import SpecError, parse_spec
@@ -41,6 +41,10 @@ def _deletion_time(body: Mapping[str, Any]) -> datetime | None:
     if not raw:
         return None
     return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+def _run_uid(job: Mapping[str, Any]) -> str | None:
+    return ((job.get("metadata") or {}).get("labels") or {}).get(LABEL_RUN_UID)
 
 
 _POLICY = CleanupPolicy.DELETE.value
@@ -88,6 +92,17 @@ class CleanupRunner:
         deleted_at = _deletion_time(body) or self.clock()
         overdue = self.clock() > deleted_at + timedelta(seconds=self.timeout)
         pending = f"waiting for Job {name} to delete {root}"
+        if job is not None and _run_uid(job) != run.uid:
+            # An earlier run of the same name left its cleanup Job (kept an hour): it deleted
+            # that run's root, not ours. Let it finish, remove it, then start our own.
+            if overdue:
+                self._failed(run, root, f"Job {name} of an earlier run of this name is in the way")
+                return
+            if JOB.finished(job).done and not (job.get("metadata") or {}).get("deletionTimestamp"):
+                self.kube.delete("Job", run.namespace, name)
+            raise CleanupPendingError(
+                f"waiting for Job {name} of an earlier run of this name to go"
+            )
         if job is None:
             if overdue:
                 self._failed(run, root, f"the cleanup Job did not start within {self.timeout:.0f}s")

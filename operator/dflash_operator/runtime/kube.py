@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -20,6 +20,7 @@ from dflash_operator.api.constants import GROUP, PLURAL, VERSION
 
 USER_AGENT = "dflash-operator/0.1.0"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 # The API server's status codes that mean "the object you sent is wrong".
 PERMANENT_CODES = frozenset({400, 422})
 
@@ -54,6 +55,37 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
+
+
+class RunIdentity(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+
+
+def _pointer(key: str) -> str:
+    """A JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def status_patch_ops(
+    uid: str, changes: Mapping[str, Any], has_status: bool
+) -> list[dict[str, Any]]:
+    """JSON patch operations for top-level status keys, guarded by a test of the run's UID.
+    `add` on an existing member replaces it (RFC 6902); keys absent from `changes` (the
+    trainer's) are left alone. Without a status yet, the whole object is added at once."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+    if not has_status:
+        value = {k: v for k, v in changes.items() if v is not None}
+        return [*ops, {"op": "add", "path": "/status", "value": value}]
+    for key, value in changes.items():
+        path = f"/status/{_pointer(key)}"
+        ops.append({"op": "remove", "path": path} if value is None else
+                   {"op": "add", "path": path, "value": value})  # fmt: skip
+    return ops
 
 
 class KubeError(Exception):
@@ -190,9 +222,14 @@ class Kube:
         return self.get("DFlashRun", namespace, name)
 
     def patch_run_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, run: RunIdentity, changes: Mapping[str, Any], has_status: bool
     ) -> dict[str, Any]:
-        return self.patch("DFlashRun", namespace, name, {"status": dict(status)}, sub="status")
+        """Write our status keys (None: remove the key) to this very run: a JSON patch whose
+        first operation tests `metadata.uid`, so a write meant for a deleted run can never land
+        on a run re-created under its name (the API server answers 422 instead)."""
+        path = RESOURCES["DFlashRun"].path(run.namespace, run.name, "status")
+        ops = status_patch_ops(run.uid, changes, has_status)
+        return self.request("PATCH", path, ops, content_type=JSON_PATCH, kind="DFlashRun")
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         self.request("POST", RESOURCES["Event"].path(namespace), dict(event), kind="Event")

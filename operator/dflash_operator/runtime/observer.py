@@ -49,11 +49,11 @@ def _pods_missing(
     status: DFlashRunStatus, children: Iterable[ChildView], pods: Iterable[PodView]
 ) -> bool:
     """A finished child of the current attempt whose results the index has not shown yet."""
-    finished_pods = {pod.owner_name for pod in pods if pod.terminated is not None}
+    finished_pods = {pod.owner_uid for pod in pods if pod.terminated is not None}
     for child in children:
         if child.kind not in WORKLOAD_KINDS or child.stage not in STAGE_CONDITIONS:
             continue
-        if not child.finished.done or child.name in finished_pods:
+        if not child.finished.done or child.uid in finished_pods:
             continue
         condition = status.condition(STAGE_CONDITIONS[child.stage])
         if condition is None or condition.reason in _IN_PROGRESS:

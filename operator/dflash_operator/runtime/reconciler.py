@@ -22,7 +22,7 @@ from dflash_operator.pools import PoolsConfig
 from dflash_operator.runtime.events import EventPoster
 from dflash_operator.runtime.executor import Executor
 from dflash_operator.runtime.faults import fault_point
-from dflash_operator.runtime.kube import Kube
+from dflash_operator.runtime.kube import Kube, KubeError
 
 log = logging.getLogger(__name__)
 # Status keys the trainer owns (data-contracts section 6): never part of our patch.
@@ -96,7 +96,7 @@ class Reconciler:
         inputs = PlanInput(body, observed, self.pools, self.settings, self.clock())
         first = plan(inputs)
         result, final = self._act(run, inputs, first)
-        wrote = self._write(run, old_status, final)
+        wrote = self._write(run, old_status, final, has_status=bool(body.get("status")))
         return replace(result, wrote_status=wrote)
 
     def _act(self, run: RunRef, inputs: PlanInput, first: Plan) -> tuple[Result, Plan]:
@@ -118,13 +118,29 @@ class Reconciler:
             requeue = CREATE_RETRY_SECONDS
         return Result(requeue_after=requeue, retry=retry), final
 
-    def _write(self, run: RunRef, old: DFlashRunStatus, final: Plan) -> bool:
+    def _replaced(self, run: RunRef, error: KubeError) -> bool:
+        """Did a status write fail because the run it was meant for is gone (the UID test)?"""
+        if error.not_found:
+            return True
+        if error.status != 422:
+            return False
+        body = self.kube.get_run(run.namespace, run.name)
+        return body is None or str((body.get("metadata") or {}).get("uid")) != run.uid
+
+    def _write(self, run: RunRef, old: DFlashRunStatus, final: Plan, has_status: bool) -> bool:
         patch = build_status_patch(old.to_api(), final.status.to_api())
         phase = final.status.phase.value if final.status.phase else "-"
         wrote = False
         if patch:
             fault_point(f"before-status:{phase}")
-            self.kube.patch_run_status(run.namespace, run.name, patch)
+            try:
+                self.kube.patch_run_status(run, patch, has_status)
+            except KubeError as error:
+                if not self._replaced(run, error):
+                    raise
+                log.info("%s/%s was deleted or re-created; its old status write was dropped",
+                         run.namespace, run.name)  # fmt: skip
+                return False
             wrote = True
             fault_point(f"after-status:{phase}")
             for gate in final.gate_failures:

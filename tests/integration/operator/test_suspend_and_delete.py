@@ -96,29 +96,15 @@ def test_cleanup_policy_delete_runs_a_cleanup_job_and_releases_the_finalizer_eve
     harness: Any, make_spec: Any
 ) -> None:
     harness.start_operator()
-    harness.apply_run(
-        "r1",
-        make_spec(
-            storage={
-                "bucket": "artifacts",
-                "cleanupPolicy": "Delete",
-                "credentialsSecretRef": {"name": "s3-creds"},
-            }
-        ),
-    )
+    storage = {"bucket": "artifacts", "cleanupPolicy": "Delete"}
+    spec = make_spec(storage={**storage, "credentialsSecretRef": {"name": "s3-creds"}})
+    harness.apply_run("r1", spec)
     harness.wait_phase("r1", "Regenerating")
-    wait_for(
-        "the cleanup finalizer",
-        lambda: (
-            "dflash.dev/cleanup"
-            in (
-                get_json(harness.cluster, "dflashrun", "r1", "-n", harness.namespace)[
-                    "metadata"
-                ].get("finalizers")
-                or []
-            )
-        ),
-    )
+
+    def has_cleanup_finalizer(name: str) -> bool:
+        return "dflash.dev/cleanup" in (harness.run(name)["metadata"].get("finalizers") or [])
+
+    wait_for("the cleanup finalizer", lambda: has_cleanup_finalizer("r1"))
 
     harness.kubectl("delete", "dflashrun", "r1", "--wait=false")
     cleanup = harness.running_pods("r1-cleanup", 1)[0]
@@ -139,3 +125,26 @@ def test_cleanup_policy_delete_runs_a_cleanup_job_and_releases_the_finalizer_eve
     )
     warnings = [(r, m) for t, r, m in harness.events("r1") if t == "Warning"]
     assert any(r == "CleanupFailed" and "may remain" in m for r, m in warnings), warnings
+
+    # The same name again, deleted within the hour the first cleanup Job is kept: the second
+    # run gets its own cleanup Job, for its own root (never the first run's finished one).
+    harness.apply_run("r1", spec)
+    uid = harness.run("r1")["metadata"]["uid"]
+    wait_for("the second run's finalizer", lambda: has_cleanup_finalizer("r1"))
+    harness.kubectl("delete", "dflashrun", "r1", "--wait=false")
+
+    def second_cleanup() -> dict[str, Any] | None:
+        for pod in harness.pods_of("r1-cleanup"):
+            args = pod["spec"]["containers"][0]["args"]
+            if args[args.index("--run-root") + 1].endswith(f"/r1/{uid}"):
+                return pod if pod.get("status", {}).get("phase") == "Running" else None
+        return None
+
+    pod = wait_for("a cleanup pod for the second run's root", second_cleanup)
+    job = get_json(harness.cluster, "job", "r1-cleanup", "-n", harness.namespace)
+    assert job["metadata"]["labels"]["dflash.dev/run-uid"] == uid
+    harness.finish_pod(pod, {"stage": "cleanup", "ok": True, "message": "deleted 3 objects"})
+    wait_for(
+        "the second run to go",
+        lambda: harness.kubectl("get", "dflashrun", "r1", check=False).returncode != 0,
+    )

@@ -233,6 +233,7 @@ class Sim:
             self.pods.append(
                 PodView(
                     name=f"{name}-{index}-abcde", uid=f"pod-{name}-{index}", owner_name=name,
+                    owner_uid=view.uid,
                     stage=view.stage, attempt=view.attempt,
                     index=index if view.stage == Stage.REGEN else None,
                     phase="Succeeded" if code == 0 else "Failed",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from dflash_operator.api.constants import Stage
 from dflash_operator.plan.actions import CreateChild, DeleteChild, SetSuspend
 from dflash_operator.plan.observed import CreateFailure, PodView, Termination
 
@@ -61,6 +63,7 @@ def test_training_that_exhausts_its_restarts_fails_the_run_with_the_last_pod_fai
             name="r1-train-master-0",
             uid="p1",
             owner_name="r1-train",
+            owner_uid=world.child("r1-train").uid,
             phase="Running",
             restarts=3,
             last_failure=crash,
@@ -379,6 +382,7 @@ def test_a_pod_that_died_in_place_is_reported_while_training_runs(sim: Callable[
             name="r1-train-worker-0",
             uid="p2",
             owner_name="r1-train",
+            owner_uid=world.child("r1-train").uid,
             phase="Running",
             restarts=1,
             last_failure=crash,
@@ -398,6 +402,7 @@ def test_the_last_crash_is_reported_even_after_its_pod_was_deleted(sim: Callable
             name="r1-train-master-0",
             uid="p1",
             owner_name="r1-train",
+            owner_uid=world.child("r1-train").uid,
             phase="Running",
             restarts=2,
             last_failure=crash,
@@ -439,3 +444,25 @@ def test_a_training_job_adopted_after_a_crash_gets_its_identity_recorded(
         ("RoleBinding", "r1-trainer"),
     } <= recorded
     assert world.step().actions == ()
+
+
+# --- identity ---------------------------------------------------------------------------------------
+def test_pods_of_a_namesake_child_are_never_read(sim: Callable[..., Any]) -> None:
+    """A run re-created under the same name: its new `r1-regen` Job takes the old Job's name
+    while the old Job's pods (finished shards, a training crash) may still be terminating, or
+    be orphans. They are matched by their controller's UID, so none of them counts."""
+    world = sim()
+    world.step()
+    assert world.status["phase"] == "Regenerating"
+    finished = Termination(0, "Completed", json.dumps(REGEN))
+    for index, owner_uid in enumerate(("uid-of-the-deleted-run-regen", None)):
+        world.pods.append(
+            PodView(
+                name=f"r1-regen-{index}-old", uid=f"old-{index}", owner_name="r1-regen",
+                owner_uid=owner_uid, stage=Stage.REGEN, index=index, phase="Succeeded",
+                terminated=finished,
+            )
+        )  # fmt: skip
+    world.step()
+    assert world.status["stages"]["regeneration"]["shardsDone"] == 0
+    assert world.status["progress"].startswith("regen 0/")
