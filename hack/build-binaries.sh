@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
-# Usage: hack/build-binaries.sh [name ...]   names: etcd kube kwok helm training-operator
+# Usage: hack/build-binaries.sh [name ...]   names: etcd kube kwok helm training-operator kueue
 # Each binary is skipped when its cached file exists. Nothing is downloaded from
 # GitHub or dl.k8s.io: only the Go module proxy is used.
 set -euo pipefail
@@ -161,8 +161,19 @@ build_training_operator() {
   chmod -R u+w "$cache/share/training-operator-$TRAINING_OPERATOR_VERSION"
 }
 
+build_kueue() {
+  go_install kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  # CRDs and webhook configurations ship in the module zip, not in the binary.
+  local src; src="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  local share="$cache/share/kueue-$KUEUE_VERSION"
+  mkdir -p "$share/crd"
+  cp "$src"/config/components/crd/bases/*.yaml "$share/crd/"
+  cp "$src/config/components/webhook/manifests.yaml" "$share/webhooks.yaml"
+  chmod -R u+w "$share"
+}
+
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kube)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue kube)
 for t in "${targets[@]}"; do
   case "$t" in
     etcd) build_etcd ;;
@@ -170,7 +181,8 @@ for t in "${targets[@]}"; do
     kwok) build_kwok ;;
     helm) build_helm ;;
     training-operator) build_training_operator ;;
-    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator" ;;
+    kueue) build_kueue ;;
+    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue" ;;
   esac
 done
 echo "build-binaries: all binaries present in $bin"

@@ -22,6 +22,7 @@ BINARIES = {
     "kwok": ("KWOK_VERSION", "kwok"),
     "helm": ("HELM_VERSION", "helm"),
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
+    "kueue": ("KUEUE_VERSION", "kueue"),
 }
 
 
@@ -44,8 +45,12 @@ def cached_path(name: str) -> Path:
 
 
 def share_dir(name: str) -> Path:
-    """Files shipped in a module zip (kwok stages, the PyTorchJob CRD), cached beside the binary."""
-    key = {"kwok": "KWOK_VERSION", "training-operator": "TRAINING_OPERATOR_VERSION"}[name]
+    """Files shipped in a module zip (kwok stages, CRDs, webhooks), cached beside the binary."""
+    key = {
+        "kwok": "KWOK_VERSION",
+        "training-operator": "TRAINING_OPERATOR_VERSION",
+        "kueue": "KUEUE_VERSION",
+    }[name]
     return cache_root() / "share" / f"{name}-{versions()[key]}"
 
 

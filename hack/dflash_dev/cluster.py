@@ -1,5 +1,5 @@
-"""The local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok and the
-Kubeflow training-operator, as tracked processes on loopback with TLS and RBAC.
+"""The local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok, the
+Kubeflow training-operator and Kueue, as tracked processes on loopback with TLS and RBAC.
 
 `up()` is idempotent (a healthy cluster returns at once); `down()` stops everything and
 removes the state. Binaries come from `binaries.py` (built once per version).
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import binaries, procs
+from . import binaries, kueue, procs
 from .certs import ensure_pki
 from .errors import DevError
 from .nodes import build_nodes
@@ -39,6 +39,7 @@ COMPONENTS = (
     "kube-scheduler",
     "kwok",
     "training-operator",
+    "kueue",
 )
 CLIENTS = {
     "admin": ("admin", "system:masters"),
@@ -48,6 +49,7 @@ CLIENTS = {
     # full rights here (a dev cluster); the DFlash operator itself runs with the chart's RBAC.
     "kwok": ("kwok-controller", "system:masters"),
     "training-operator": ("training-operator", "system:masters"),
+    "kueue": ("kueue", "system:masters"),
 }
 
 
@@ -181,6 +183,7 @@ def up() -> ClusterInfo:
             "kubectl",
             "kwok",
             "training-operator",
+            "kueue",
         ]
     )
     state = state_dir()
@@ -197,6 +200,10 @@ def up() -> ClusterInfo:
         "to-metrics",
         "to-probe",
         "to-webhook",
+        "kueue-webhook",
+        "kueue-metrics",
+        "kueue-probe",
+        "kueue-visibility",
     ]
     ports = dict(zip(names, free_ports(len(names)), strict=True))
     server = f"https://127.0.0.1:{ports['apiserver']}"
@@ -340,6 +347,16 @@ def up() -> ClusterInfo:
         [etcd, apiserver],
         60,
     )
+    kubectl("create", "namespace", kueue.NAMESPACE)
+    for crd_file in kueue.crd_files():
+        kubectl("apply", "--server-side", "-f", str(crd_file))
+    for crd_name in kueue.CRDS:
+        _wait(
+            f"the {crd_name} CRD",
+            lambda crd_name=crd_name: _crd_established(f"{crd_name}.kueue.x-k8s.io"),
+            [etcd, apiserver],
+            60,
+        )
     training_operator = procs.start(
         state,
         "training-operator",
@@ -355,7 +372,14 @@ def up() -> ClusterInfo:
         env=dict(env, KUBECONFIG=str(state / "training-operator.kubeconfig")),
         cwd=state,
     )
-    everything = [etcd, apiserver, kcm, scheduler, kwok, training_operator]
+    kueue_process = procs.start(
+        state,
+        "kueue",
+        kueue.command(state, paths["kueue"], kueue.write_config(state, pki, ports), ports),
+        env=dict(env, KUBECONFIG=str(state / "kueue.kubeconfig")),
+        cwd=state,
+    )
+    everything = [etcd, apiserver, kcm, scheduler, kwok, training_operator, kueue_process]
     # In a real deployment the Secret the rotator fills is mounted at its cert dir; here we
     # copy it there ourselves (the path is fixed in training-operator's pkg/cert).
     _wait("the training-operator's webhook Secret", _install_webhook_certs, everything, 60)
@@ -377,6 +401,13 @@ def up() -> ClusterInfo:
     _wait(
         "the training-operator", lambda: _training_operator_ready(ports["to-probe"]), everything, 60
     )
+
+    # Kueue's webhooks go in once it serves them (failurePolicy Fail: registered earlier, they
+    # would refuse Jobs while it starts).
+    _wait("Kueue", lambda: kueue.ready(ports["kueue-probe"]), everything, 90)
+    ca_bundle = (pki / "ca.crt").read_bytes()
+    configurations = kueue.webhook_configurations(ca_bundle, ports["kueue-webhook"])
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
 
     info = ClusterInfo(
         server=server,
