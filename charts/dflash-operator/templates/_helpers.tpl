@@ -54,6 +54,11 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [kubeflow.org]
   resources: [pytorchjobs]
   verbs: [get, list, watch, create, patch, delete]
+# Kueue (when a queue applies): read the Workload of a queued child (why it waits), and
+# deactivate / reactivate it for spec.suspend (Kueue owns a queued child's own suspend).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list, patch]
 # Stage results are read from the pods' termination messages (no logs, no exec).
 - apiGroups: [""]
   resources: [pods]

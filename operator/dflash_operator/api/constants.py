@@ -31,6 +31,9 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 # The UID of the run a child belongs to, on children without an ownerReference (the cleanup Job).
 LABEL_RUN_UID = f"{GROUP}/run-uid"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# Kueue: the queue a workload asks for, and (on a Workload) the UID of the job it admits.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 MANAGED_BY = "dflash-operator"
 
 
@@ -134,6 +137,7 @@ class ConditionType(StrEnum):
     TRAINED = "Trained"
     EVALUATED = "Evaluated"
     SUSPENDED = "Suspended"
+    ADMITTED = "Admitted"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DATA_AUDIT_PASSED = "DataAuditPassed"
@@ -150,6 +154,11 @@ CONDITION_MEANINGS: dict[ConditionType, str] = {
     ConditionType.TRAINED: "Training finished and the drafter was exported.",
     ConditionType.EVALUATED: "Acceptance length was measured.",
     ConditionType.SUSPENDED: "True while spec.suspend holds the run.",
+    ConditionType.ADMITTED: (
+        "Only when a Kueue queue applies to the current stage: False (Queued) while Kueue "
+        "holds its Job / PyTorchJob, with Kueue's own message (ClusterQueue, missing quota); "
+        "True once admitted."
+    ),
     ConditionType.SUCCEEDED: "The run finished with a drafter.",
     ConditionType.FAILED: "The run failed for good; the message says why.",
     ConditionType.DATA_AUDIT_PASSED: (
@@ -194,6 +203,8 @@ class Reason(StrEnum):
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     NOT_SUSPENDED = "NotSuspended"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
     TRAINING_RESUMED = "TrainingResumed"
     SUCCEEDED = "Succeeded"
     INVALID_SPEC = "InvalidSpec"
@@ -242,6 +253,8 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.SUSPENDED: "spec.suspend is true: {stage} is stopped and resumes where it left off",
     Reason.RESUMED: "spec.suspend is false: resuming {stage}",
     Reason.NOT_SUSPENDED: "The run is not suspended",
+    Reason.QUEUED: "{stage} waits in Kueue LocalQueue {queue}: {why}",
+    Reason.ADMITTED: "{stage} admitted by Kueue ClusterQueue {cluster_queue}",
     Reason.TRAINING_RESUMED: "Training resumed from checkpoint {uri} (step {step})",
     Reason.SUCCEEDED: "Drafter exported to {drafter_uri}; acceptance length {acceptance_length}",
     Reason.INVALID_SPEC: "{field}={value} is not accepted: {accepted}",

@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from dflash_operator.api.constants import API_VERSION, KIND, LABEL_ATTEMPT, LABEL_STAGE, Stage
+from dflash_operator.api.constants import (
+    API_VERSION,
+    KIND,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LABEL_ATTEMPT,
+    LABEL_STAGE,
+    Stage,
+)
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH
 from dflash_operator.plan.observed import (
     RUNNING,
@@ -17,10 +25,12 @@ from dflash_operator.plan.observed import (
     Finished,
     PodView,
     Termination,
+    WorkloadView,
 )
 
 Body = Mapping[str, Any]
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
 JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 PYTORCHJOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
@@ -189,6 +199,42 @@ def summarize_child(body: Body) -> ChildView | None:
         failed_indexes=status.get("failedIndexes") or None,
         config_hash=(meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH),
         deleting=bool(meta.get("deletionTimestamp")),
+        queue=labels.get(KUEUE_QUEUE_LABEL) or None,
+    )
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == type_:
+            return dict(condition)
+    return None
+
+
+def _said(condition: Mapping[str, Any]) -> str:
+    return str(condition.get("message") or condition.get("reason") or "")
+
+
+def summarize_workload(body: Body) -> WorkloadView | None:
+    """Kueue's Workload of a child (label kueue.x-k8s.io/job-uid names the child's UID)."""
+    meta = body.get("metadata") or {}
+    job_uid = (meta.get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+    if not job_uid:
+        return None
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    admitted = _condition(status, "Admitted")
+    reserved = _condition(status, "QuotaReserved")
+    evicted = _condition(status, "Evicted")
+    is_admitted = admitted is not None and admitted.get("status") == "True"
+    said: Mapping[str, Any] = (admitted if is_admitted else (reserved or admitted)) or {}
+    return WorkloadView(
+        name=str(meta.get("name")),
+        job_uid=str(job_uid),
+        active=spec.get("active", True) is not False,
+        admitted=is_admitted,
+        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+        message=str(said.get("message") or ""),
+        evicted=_said(evicted) if evicted and evicted.get("status") == "True" else None,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_operator.api.constants import Stage
+from dflash_operator.api.constants import KUEUE_QUEUE_LABEL, Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.children.commands import CONFIG_DIR, PVC_ROOT
@@ -19,7 +19,6 @@ from dflash_operator.plan.placement import Placement
 TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir of the pod, the only writable path
 SHM_DIR = "/dev/shm"  # noqa: S108 - a memory-backed emptyDir for NCCL, not a temp file
 # Kueue reads the queue from this label on the workload.
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # NCCL: fail fast instead of hanging on a dead peer, and say why at WARN level.
 NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
 # Caches of Hugging Face and friends go to the writable emptyDir.

@@ -53,6 +53,15 @@ class SetSuspend:
 
 
 @dataclass(frozen=True)
+class SetWorkloadActive:
+    """Deactivate (or reactivate) the Kueue Workload of a queued child: how a queued child is
+    suspended, since Kueue resumes any admitted child whose `suspend` someone else set."""
+
+    name: str
+    active: bool
+
+
+@dataclass(frozen=True)
 class DeleteChild:
     """Delete a finished child (ttlSecondsAfterFinished); its pods go with it."""
 
@@ -60,7 +69,7 @@ class DeleteChild:
     name: str
 
 
-Action = CreateChild | ApplyConfig | SetSuspend | DeleteChild
+Action = CreateChild | ApplyConfig | SetSuspend | SetWorkloadActive | DeleteChild
 EventType = Literal["Normal", "Warning"]
 
 

@@ -43,6 +43,8 @@ class ChildView:
     failed_indexes: str | None = None
     config_hash: str | None = None
     deleting: bool = False
+    # The Kueue LocalQueue its labels name (kueue.x-k8s.io/queue-name); None: not queued.
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,21 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class WorkloadView:
+    """Kueue's Workload of a queued child: whether it is admitted, and Kueue's own words."""
+
+    name: str
+    job_uid: str  # the UID of the Job / PyTorchJob it admits
+    active: bool = True
+    admitted: bool = False
+    cluster_queue: str | None = None
+    # The message of QuotaReserved (why it waits: which quota is short) or of Admitted.
+    message: str = ""
+    # Evicted (preempted, deactivated): Kueue stopped the child and queues it again.
+    evicted: str | None = None
+
+
+@dataclass(frozen=True)
 class CreateFailure:
     """A child the executor could not create in this pass."""
 
@@ -97,6 +114,7 @@ class Observed:
     children: tuple[ChildView, ...] = ()
     pods: tuple[PodView, ...] = ()
     create_failures: tuple[CreateFailure, ...] = field(default=())
+    workloads: tuple[WorkloadView, ...] = ()
 
     def child(self, kind: str, name: str) -> ChildView | None:
         for child in self.children:
@@ -107,6 +125,13 @@ class Observed:
     def pods_of(self, child: ChildView) -> tuple[PodView, ...]:
         """The child's own pods: those it controls (by UID), never a namesake's."""
         return tuple(pod for pod in self.pods if pod.owner_uid == child.uid)
+
+    def workload_of(self, child: ChildView) -> WorkloadView | None:
+        """The Kueue Workload that admits the child (by the child's UID)."""
+        for workload in self.workloads:
+            if workload.job_uid == child.uid:
+                return workload
+        return None
 
     def failure(self, kind: str, name: str) -> CreateFailure | None:
         for failure in self.create_failures:

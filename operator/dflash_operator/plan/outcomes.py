@@ -28,7 +28,7 @@ from dflash_operator.api.status_parts import (
 )
 from dflash_operator.plan import results
 from dflash_operator.plan.draft import Draft
-from dflash_operator.plan.observed import ChildView, PodView
+from dflash_operator.plan.observed import ChildView, PodView, WorkloadView
 from dflash_operator.plan.stages import STAGE_GATES, StageContext, stage_retry_limit
 
 # Violations listed in a condition message; the full list is in status.audit and the report.
@@ -135,13 +135,50 @@ def mark_running(
 ) -> None:
     progress, words = running_progress(ctx, draft, stage, child, pods)
     if child.suspended:
-        words = "suspended; " + words
+        words = ("queued; " if child.queue else "suspended; ") + words
     message = Reason.STAGE_RUNNING.message(stage=stage.value, attempt=attempt, progress=words)
     draft.set_condition(
         STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.STAGE_RUNNING, message
     )
     draft.status.progress = progress
     draft.set_phase(STAGE_PHASES[stage], message)
+
+
+# While a child waits in a Kueue queue, its Workload is read again this often (one list).
+QUEUE_RECHECK_SECONDS = 10.0
+
+
+def mark_queue(draft: Draft, stage: Stage, child: ChildView, workload: WorkloadView | None) -> None:
+    """The Admitted condition of a queued child, in Kueue's own words: which ClusterQueue
+    admitted it, or why it waits (the quota that is short). Shown in the phase message and
+    the Progress column while it waits."""
+    if not child.suspended:
+        if workload is not None and workload.admitted:
+            message = Reason.ADMITTED.message(
+                stage=stage.value, cluster_queue=workload.cluster_queue or "?"
+            )
+            draft.set_condition(
+                ConditionType.ADMITTED, ConditionStatus.TRUE, Reason.ADMITTED, message
+            )
+        return
+    if workload is None:
+        why = "Kueue has not made a Workload for it yet (is Kueue running?)"
+    elif not workload.active:
+        why = "its Workload is deactivated (spec.suspend)"
+    else:
+        why = workload.evicted or workload.message or "pending"
+    message = Reason.QUEUED.message(stage=stage.value, queue=child.queue, why=why)
+    # The first reconcile after creation usually comes before Kueue's Workload: shown, but
+    # announced (an event) only once Kueue has said why the child waits.
+    draft.set_condition(
+        ConditionType.ADMITTED, ConditionStatus.FALSE, Reason.QUEUED, message,
+        announce=workload is not None,
+    )  # fmt: skip
+    if workload is None or workload.active:
+        draft.status.progress = f"{stage.value} queued"
+        draft.set_phase(STAGE_PHASES[stage], message)
+        # Kueue's Workloads are not watched: look again soon for its admission or new words.
+        draft.requeue(QUEUE_RECHECK_SECONDS)
 
 
 def fail_run(draft: Draft, reason: Reason, message: str) -> None:

@@ -31,9 +31,16 @@ from dflash_operator.children.config_map import build_config_map
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_run_root
 from dflash_operator.children.rbac import build_trainer_access
 from dflash_operator.plan import outcomes
-from dflash_operator.plan.actions import ApplyConfig, CreateChild, DeleteChild, Plan, SetSuspend
+from dflash_operator.plan.actions import (
+    ApplyConfig,
+    CreateChild,
+    DeleteChild,
+    Plan,
+    SetSuspend,
+    SetWorkloadActive,
+)
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
-from dflash_operator.plan.observed import CreateFailure, Observed
+from dflash_operator.plan.observed import ChildView, CreateFailure, Observed
 from dflash_operator.plan.placement import place_stages
 from dflash_operator.plan.prune import prune_after_success
 from dflash_operator.plan.requests import (
@@ -50,6 +57,7 @@ from dflash_operator.plan.stages import (
     build_pipeline,
     build_stage_child,
     stage_kind,
+    stage_queue,
 )
 from dflash_operator.plan.state import StageState, stage_state
 from dflash_operator.pools import PoolsConfig
@@ -245,9 +253,12 @@ def _step(
         if stage == Stage.TRAIN:
             # Adopted after a crash: make sure (and record) that its identity exists too.
             _ensure_trainer_access(ctx, draft, observed)
-        if child.suspended != ctx.spec.suspend:
-            draft.act(SetSuspend(kind, name, ctx.spec.suspend))
+        _sync_child_suspension(ctx, draft, stage, child, observed)
         outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
+        if child.queue:
+            outcomes.mark_queue(draft, stage, child, observed.workload_of(child))
+        elif draft.condition(ConditionType.ADMITTED) is not None:
+            draft.remove_condition(ConditionType.ADMITTED)
         return False
     if child.finished.ok and stage not in STAGE_GATES:
         return outcomes.record_success(ctx, draft, stage, attempt, child, pods)
@@ -292,7 +303,28 @@ def _start(
         draft.act(ApplyConfig(config))
     if stage == Stage.TRAIN:
         _ensure_trainer_access(ctx, draft, observed)
-    draft.act(CreateChild(build_stage_child(ctx, stage, attempt, suspend=False), stage, attempt))
+    # A queued child starts suspended: Kueue admits it (all pods at once) when quota allows.
+    queued = stage_queue(ctx, stage) is not None
+    draft.act(CreateChild(build_stage_child(ctx, stage, attempt, suspend=queued), stage, attempt))
+
+
+def _sync_child_suspension(
+    ctx: StageContext, draft: Draft, stage: Stage, child: ChildView, observed: Observed
+) -> None:
+    """spec.suspend onto a running child, never against Kueue.
+
+    Without a queue, `suspend` follows spec.suspend both ways. A queued child's `suspend`
+    belongs to Kueue (it resumes an admitted child whatever anyone else set), so spec.suspend
+    deactivates its Workload instead (Kueue stops the child and keeps it queued until the
+    Workload is active again), and the operator never writes the child's `suspend` at all.
+    """
+    if not child.queue:
+        if child.suspended != ctx.spec.suspend:
+            draft.act(SetSuspend(child.kind, child.name, ctx.spec.suspend))
+        return
+    workload = observed.workload_of(child)
+    if workload is not None and workload.active == ctx.spec.suspend:
+        draft.act(SetWorkloadActive(workload.name, not ctx.spec.suspend))
 
 
 def _ensure_trainer_access(ctx: StageContext, draft: Draft, observed: Observed) -> None:

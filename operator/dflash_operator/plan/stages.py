@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_operator.api.constants import GATE_STAGES, Gate, Stage
+from dflash_operator.api.constants import GATE_STAGES, KUEUE_QUEUE_LABEL, Gate, Stage
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.children import jobs
@@ -92,6 +92,14 @@ def stage_retry_limit(ctx: StageContext, stage: Stage) -> int:
     if stage == Stage.TRAIN:
         return ctx.spec.training.max_restarts
     return ctx.settings.stage_backoff_limit
+
+
+def stage_queue(ctx: StageContext, stage: Stage) -> str | None:
+    """The Kueue LocalQueue of a stage's child (spec.queueName, else its pool's label)."""
+    placement = ctx.placements.get(stage)
+    if placement is None:
+        return None
+    return pod_context(ctx, stage, None).workload_labels.get(KUEUE_QUEUE_LABEL)
 
 
 def pod_context(ctx: StageContext, stage: Stage, attempt: int | None) -> PodContext:

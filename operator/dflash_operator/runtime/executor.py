@@ -13,7 +13,14 @@ from typing import Any
 from dflash_operator import metrics
 from dflash_operator.api.constants import Stage
 from dflash_operator.children.kinds import KINDS, run_owner_uid, summarize_child
-from dflash_operator.plan.actions import Action, ApplyConfig, CreateChild, DeleteChild, SetSuspend
+from dflash_operator.plan.actions import (
+    Action,
+    ApplyConfig,
+    CreateChild,
+    DeleteChild,
+    SetSuspend,
+    SetWorkloadActive,
+)
 from dflash_operator.plan.observed import ChildView, CreateFailure
 from dflash_operator.runtime.faults import fault_point
 from dflash_operator.runtime.kube import Kube, KubeError
@@ -72,6 +79,9 @@ class Executor:
                 view = view_of(body, None)
                 outcome.children.append(view)
                 fault_point(f"after-suspend:{view.stage.value if view.stage else '?'}")
+            elif isinstance(action, SetWorkloadActive):
+                patch = {"spec": {"active": action.active}}
+                self.kube.patch("Workload", namespace, action.name, patch)
             elif isinstance(action, DeleteChild):
                 self.kube.delete(action.kind, namespace, action.name)
                 outcome.deleted.append((action.kind, action.name))

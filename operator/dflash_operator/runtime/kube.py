@@ -54,6 +54,7 @@ RESOURCES: dict[str, Resource] = {
     "ServiceAccount": Resource("", "v1", "serviceaccounts"),
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "Workload": Resource("kueue.x-k8s.io", "v1beta2", "workloads"),
 }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from dflash_operator.api.constants import (
+    KUEUE_JOB_UID_LABEL,
     LABEL_MANAGED_BY,
     LABEL_RUN,
     MANAGED_BY,
@@ -16,10 +17,10 @@ from dflash_operator.api.constants import (
     Reason,
 )
 from dflash_operator.api.status import DFlashRunStatus
-from dflash_operator.children.kinds import summarize_pod
+from dflash_operator.children.kinds import summarize_pod, summarize_workload
 from dflash_operator.plan.draft import WORKLOAD_KINDS
-from dflash_operator.plan.observed import ChildView, Observed, PodView
-from dflash_operator.runtime.kube import Kube
+from dflash_operator.plan.observed import ChildView, Observed, PodView, WorkloadView
+from dflash_operator.runtime.kube import Kube, KubeError
 
 T = TypeVar("T")
 RunKey = tuple[str, str]
@@ -82,4 +83,24 @@ class Observer:
             selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run}"
             listed = (summarize_pod(body) for body in self.kube.list("Pod", namespace, selector))
             pods = [pod for pod in listed if pod is not None]
-        return Observed(children=tuple(children), pods=tuple(pods))
+        workloads = self._workloads(namespace, children)
+        return Observed(children=tuple(children), pods=tuple(pods), workloads=workloads)
+
+    def _workloads(self, namespace: str, children: list[ChildView]) -> tuple[WorkloadView, ...]:
+        """Kueue's Workloads of the unfinished queued children: one list request, only while
+        a child waits in (or runs from) a queue. No Kueue (404) or no right to read them: none."""
+        uids = sorted(
+            c.uid for c in children
+            if c.queue and c.kind in WORKLOAD_KINDS and not c.finished.done and not c.deleting
+        )  # fmt: skip
+        if not uids:
+            return ()
+        selector = f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})"
+        try:
+            items = self.kube.list("Workload", namespace, selector)
+        except KubeError as error:
+            if error.not_found or error.status == 403:  # no Kueue, or an older chart's RBAC
+                return ()
+            raise
+        views = (summarize_workload(item) for item in items)
+        return tuple(view for view in views if view is not None)

@@ -22,6 +22,7 @@ OPERATOR_RIGHTS = {
     "jobs.batch": {"get", "list", "watch", "create", "patch", "delete"},
     "pytorchjobs.kubeflow.org": {"get", "list", "watch", "create", "patch", "delete"},
     "pods": {"list", "watch"},
+    "workloads.kueue.x-k8s.io": {"list", "patch"},
     "configmaps": {"get", "list", "watch", "create", "update"},
     "serviceaccounts": {"get", "create"},
     "roles.rbac.authorization.k8s.io": {"get", "create"},
@@ -45,7 +46,8 @@ REFUSED = [
     ("escalate", "roles.rbac.authorization.k8s.io"), ("bind", "roles.rbac.authorization.k8s.io"),
     ("create", "clusterroles.rbac.authorization.k8s.io"), ("create", "deployments.apps"),
     ("create", "persistentvolumeclaims"), ("list", "nodes"), ("create", "namespaces"),
-    ("get", "leases.coordination.k8s.io"), ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("get", "leases.coordination.k8s.io"), ("create", "workloads.kueue.x-k8s.io"),
+    ("delete", "workloads.kueue.x-k8s.io"), ("update", "clusterqueues.kueue.x-k8s.io"), ("list", "customresourcedefinitions.apiextensions.k8s.io"),
     ("*", "*"),
 ]  # fmt: skip
 

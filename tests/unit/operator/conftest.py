@@ -16,8 +16,22 @@ import pytest
 from dflash_operator.api.constants import LABEL_ATTEMPT, LABEL_STAGE, Stage
 from dflash_operator.children.kinds import summarize_child
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH
-from dflash_operator.plan.actions import ApplyConfig, CreateChild, DeleteChild, Plan, SetSuspend
-from dflash_operator.plan.observed import ChildView, Finished, Observed, PodView, Termination
+from dflash_operator.plan.actions import (
+    ApplyConfig,
+    CreateChild,
+    DeleteChild,
+    Plan,
+    SetSuspend,
+    SetWorkloadActive,
+)
+from dflash_operator.plan.observed import (
+    ChildView,
+    Finished,
+    Observed,
+    PodView,
+    Termination,
+    WorkloadView,
+)
 from dflash_operator.plan.planner import PlanInput, plan
 from dflash_operator.plan.stages import PlanSettings
 from dflash_operator.pools import PoolsConfig, parse_pools
@@ -132,10 +146,39 @@ class Sim:
         self.plans: list[Plan] = []
         # The actions of each step's first plan (what the executor carried out).
         self.actions: list[tuple[Any, ...]] = []
+        # Kueue, as far as the planner can tell: a Workload per queued child, admitted at
+        # once (the child unsuspended) while `quota_free`, else left waiting with `quota_message`.
+        self.workloads: dict[str, WorkloadView] = {}
+        self.quota_free = True
+        self.quota_message = "couldn't assign flavors to pod set main: insufficient quota"
 
     # --- the world ---------------------------------------------------------------------------
     def observed(self) -> Observed:
-        return Observed(children=tuple(self.children.values()), pods=tuple(self.pods))
+        return Observed(
+            children=tuple(self.children.values()),
+            pods=tuple(self.pods),
+            workloads=tuple(self.workloads.values()),
+        )
+
+    def kueue(self) -> None:
+        """Kueue's reconcile: admit (and unsuspend) the waiting active workloads while the
+        quota allows; stop the children of deactivated ones."""
+        for key, child in list(self.children.items()):
+            if not child.queue or child.finished.done:
+                continue
+            workload = self.workloads.setdefault(
+                child.uid, WorkloadView(name=f"job-{child.name}-abcde", job_uid=child.uid)
+            )
+            if not workload.active:
+                self.workloads[child.uid] = replace(workload, admitted=False)
+                self.children[key] = replace(child, suspended=True)
+            elif self.quota_free:
+                self.workloads[child.uid] = replace(
+                    workload, admitted=True, cluster_queue="gpu-cq", message="admitted"
+                )
+                self.children[key] = replace(child, suspended=False)
+            else:
+                self.workloads[child.uid] = replace(workload, message=self.quota_message)
 
     def child(self, name: str, kind: str | None = None) -> ChildView:
         for (child_kind, child_name), view in self.children.items():
@@ -170,6 +213,10 @@ class Sim:
             elif isinstance(action, SetSuspend):
                 key = (action.kind, action.name)
                 self.children[key] = replace(self.children[key], suspended=action.suspend)
+            elif isinstance(action, SetWorkloadActive):
+                for uid, workload in self.workloads.items():
+                    if workload.name == action.name:
+                        self.workloads[uid] = replace(workload, active=action.active)
             elif isinstance(action, DeleteChild):
                 self.children.pop((action.kind, action.name), None)
 
@@ -177,12 +224,14 @@ class Sim:
         """One reconcile: plan, act, re-plan with the result, store the status."""
         if body_changes is not None:
             body_changes(self.body)
+        self.kueue()
         inputs = PlanInput(self.body, self.observed(), self.pools, self.settings, self.now)
         first = plan(inputs)
         self.actions.append(first.actions)
         final = first
         if first.actions:
             self._apply(first.actions)
+            self.kueue()
             final = plan(replace(inputs, observed=self.observed()))
         trainer = {
             k: v

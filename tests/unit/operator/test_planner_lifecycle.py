@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from dflash_operator.api.constants import Stage
-from dflash_operator.plan.actions import CreateChild, DeleteChild, SetSuspend
+from dflash_operator.plan.actions import CreateChild, DeleteChild, SetWorkloadActive
 from dflash_operator.plan.observed import CreateFailure, PodView, Termination
 
 REGEN = {"samples": 10}
@@ -189,12 +189,16 @@ def test_finished_children_are_deleted_once_the_ttl_expires(
 
 
 # --- suspend -----------------------------------------------------------------------------------------
-def test_suspending_mid_training_suspends_the_pytorchjob(sim: Callable[..., Any]) -> None:
+def test_suspending_mid_training_deactivates_the_queued_pytorchjobs_workload(
+    sim: Callable[..., Any],
+) -> None:
+    """The training pool is queued (Kueue): spec.suspend deactivates the Workload, and
+    Kueue stops the PyTorchJob; the operator never writes the child's own `suspend`."""
     world = training(sim)
     result = world.step(suspend(True))
     assert world.plans[-1] is result
 
-    assert world.actions[-1] == (SetSuspend("PyTorchJob", "r1-train", True),)
+    assert world.actions[-1] == (SetWorkloadActive("job-r1-train-abcde", False),)
     assert world.child("r1-train").suspended
     assert world.status["phase"] == "Suspended"
     assert world.condition("Suspended")["status"] == "True"

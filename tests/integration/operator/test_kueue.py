@@ -1,0 +1,160 @@
+"""The operator with the real Kueue of the local control plane (its webhooks, its scheduler,
+its PyTorchJob integration): two runs compete for one node's GPU quota; one trains, the other
+waits with Kueue's reason and is never written while it waits; when the first finishes, the
+second is admitted. spec.suspend of an admitted run goes through its Workload."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from dflash_dev.kube_wait import get_json, wait_for
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RTX_PRODUCT = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+# The issue's figure: a suspended child is written 0 times over this long.
+QUIET_SECONDS = 60
+
+
+@pytest.fixture
+def queue(harness: Any) -> Iterator[str]:
+    """A ResourceFlavor for the RTX pool, a ClusterQueue with one node's GPUs (4) for this
+    test's namespace only, and a LocalQueue; the training pool's pods name the queue."""
+    suffix = harness.namespace[-6:]
+    flavor, cluster_queue = f"rtx-{suffix}", f"dflash-{suffix}"
+    objects = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+         "metadata": {"name": flavor},
+         "spec": {"nodeLabels": {"nvidia.com/gpu.product": RTX_PRODUCT}}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": cluster_queue},
+         "spec": {
+             "namespaceSelector": {
+                 "matchLabels": {"kubernetes.io/metadata.name": harness.namespace}},
+             "resourceGroups": [{
+                 "coveredResources": ["nvidia.com/gpu"],
+                 "flavors": [{"name": flavor,
+                              "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
+             }]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "gpus", "namespace": harness.namespace},
+         "spec": {"clusterQueue": cluster_queue}},
+    ]  # fmt: skip
+    harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    harness.pools["nodePools"]["rtx-pro-6000"]["labels"][QUEUE_LABEL] = "gpus"
+    yield cluster_queue
+    harness.cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
+    harness.cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+
+
+def to_training(harness: Any, make_spec: Any, name: str) -> None:
+    """A run with regenerated data (no regeneration), through its gates, to its training."""
+    spec = make_spec(
+        regeneration={"enabled": False},
+        data={
+            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
+        },
+        training={"nodes": 1, "gpusPerNode": 4, "maxRestarts": 1},
+        evaluation={"enabled": False},
+    )
+    harness.apply_run(name, spec)
+    for stage in ("audit-completions", "tokenize", "audit-tokens"):
+        child = f"{name}-{stage}"
+        wait_for(child, lambda child=child: child in harness.names("jobs"))
+        harness.finish(child, harness.stage_results[stage])
+    wait_for(f"{name}-train", lambda: f"{name}-train" in harness.names("pytorchjobs"))
+
+
+def pytorchjob(harness: Any, name: str) -> dict[str, Any]:
+    return dict(
+        get_json(
+            harness.cluster, "pytorchjob", name, "-n", harness.namespace, "--show-managed-fields"
+        )
+    )
+
+
+def admitted(harness: Any, run: str) -> dict[str, Any] | None:
+    return harness.condition(run, "Admitted")
+
+
+def test_two_runs_compete_for_one_nodes_quota_and_the_waiting_one_is_never_written(
+    harness: Any, make_spec: Any, queue: str
+) -> None:
+    harness.start_operator()
+    to_training(harness, make_spec, "r1")
+    harness.running_pods("r1-train", 1)  # admitted at once: the quota was free
+    wait_for("r1 admitted", lambda: (admitted(harness, "r1") or {}).get("status") == "True")
+    assert f"ClusterQueue {queue}" in admitted(harness, "r1")["message"]
+
+    to_training(harness, make_spec, "r2")
+
+    def queued() -> dict[str, Any] | None:
+        """Queued, in Kueue's words (its first reconcile of the Workload may say less)."""
+        condition = admitted(harness, "r2") or {}
+        return condition if "nvidia.com/gpu" in condition.get("message", "") else None
+
+    condition = wait_for("r2 to show that it waits", queued)
+    assert "waits in Kueue LocalQueue gpus" in condition["message"]
+    assert condition["reason"] == "Queued" and condition["status"] == "False"
+    status = harness.status("r2")
+    assert status["progress"] == "train queued"
+    assert "waits in Kueue LocalQueue gpus" in status["message"]
+    printed = harness.kubectl("get", "dfr", "r2").stdout
+    assert "train queued" in printed
+
+    # While it waits, nobody writes r2's PyTorchJob: its spec keeps generation 1 and
+    # suspend true, and the operator's field manager entry keeps its creation time.
+    before = pytorchjob(harness, "r2-train")
+    time.sleep(QUIET_SECONDS)
+    after = pytorchjob(harness, "r2-train")
+    assert after["spec"]["runPolicy"]["suspend"] is True
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] == 1
+    ours = [m for m in after["metadata"]["managedFields"] if "dflash" in m.get("manager", "")]
+    assert ours == [
+        m for m in before["metadata"]["managedFields"] if "dflash" in m.get("manager", "")
+    ]
+    assert not harness.pods_of("r2-train")
+
+    # r1 finishes: Kueue releases its quota and admits r2 (all its pods at once).
+    harness.finish("r1-train", harness.stage_results["train"])
+    harness.wait_phase("r1", "Succeeded")
+    harness.running_pods("r2-train", 1, timeout=90)
+    wait_for("r2 admitted", lambda: (admitted(harness, "r2") or {}).get("status") == "True")
+    assert harness.status("r2")["progress"] != "train queued"
+
+
+def test_suspending_an_admitted_run_deactivates_its_workload_and_resume_readmits_it(
+    harness: Any, make_spec: Any, queue: str
+) -> None:
+    harness.start_operator()
+    to_training(harness, make_spec, "r1")
+    harness.running_pods("r1-train", 1)
+    uid = pytorchjob(harness, "r1-train")["metadata"]["uid"]
+
+    def workload() -> dict[str, Any]:
+        items = get_json(
+            harness.cluster, "workloads", "-n", harness.namespace,
+            "-l", f"kueue.x-k8s.io/job-uid={uid}",
+        )["items"]  # fmt: skip
+        assert len(items) == 1, items
+        return dict(items[0])
+
+    harness.patch_spec("r1", {"suspend": True})
+    harness.wait_phase("r1", "Suspended")
+    wait_for("the Workload to be deactivated", lambda: workload()["spec"].get("active") is False)
+    wait_for(
+        "Kueue to stop the PyTorchJob",
+        lambda: pytorchjob(harness, "r1-train")["spec"]["runPolicy"].get("suspend") is True,
+    )
+    wait_for("the training pods to go", lambda: not harness.pods_of("r1-train"))
+
+    harness.patch_spec("r1", {"suspend": False})
+    wait_for("the Workload to be active", lambda: workload()["spec"].get("active") is not False)
+    harness.running_pods("r1-train", 1, timeout=90)
+    harness.wait_phase("r1", "Training")
+    assert pytorchjob(harness, "r1-train")["metadata"]["uid"] == uid  # the same job resumed
+    assert json.dumps(admitted(harness, "r1")).count("Admitted") >= 1
