@@ -71,6 +71,19 @@ class OperatorConfig(BaseModel):
     run_as_user: int = Field(default=DEFAULT_RUN_AS_USER, ge=1)
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="0 disables /metrics.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0 disables /healthz.")
+    leader_election: bool = Field(
+        default=False,
+        description="Elect one active instance with a Lease (replicas > 1); the others stand by.",
+    )
+    lease_name: str = Field(default="dflash-operator", pattern=DNS_LABEL_PATTERN)
+    lease_namespace: str | None = Field(
+        default=None,
+        pattern=DNS_LABEL_PATTERN,
+        description="Namespace of the Lease. Unset: POD_NAMESPACE, else the pod's own namespace.",
+    )
+    lease_duration: float = Field(default=15.0, ge=2, le=300)
+    lease_renew_deadline: float = Field(default=10.0, ge=1, le=300)
+    lease_retry_period: float = Field(default=2.0, gt=0, le=60)
     bind_address: str = "0.0.0.0"  # noqa: S104 - the pod's probes and Prometheus reach it
     log_level: LogLevel = "INFO"
     log_format: LogFormat = "text"
@@ -141,6 +154,12 @@ def load_config(
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
     check_namespaces(config.namespaces)
+    if not config.lease_retry_period < config.lease_renew_deadline < config.lease_duration:
+        raise ConfigError(
+            f"--lease-retry-period={config.lease_retry_period} < --lease-renew-deadline="
+            f"{config.lease_renew_deadline} < --lease-duration={config.lease_duration} must "
+            "hold: a leader that cannot renew stops before a standby may take over"
+        )
     if config.watch_client_timeout <= config.watch_server_timeout:
         raise ConfigError(
             f"--watch-client-timeout={config.watch_client_timeout} must be larger than "

@@ -12,7 +12,10 @@ import kopf
 
 from dflash_operator.config import ConfigError, OperatorConfig, add_flags, load_config
 from dflash_operator.handlers import children, lifecycle, runs
+from dflash_operator.leadership import exit_on_lost_lease, lease_settings, standby_health
 from dflash_operator.pools import PoolsError, load_pools
+from dflash_operator.runtime.kube import Kube, load_api_client
+from dflash_operator.runtime.leader import LeaseElector
 
 HANDLER_MODULES = (children, lifecycle, runs)
 EXIT_BAD_CONFIG = 2
@@ -42,13 +45,29 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"dflash-operator: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     setup_logging(config)
-    kopf.run(
-        clusterwide=config.clusterwide,
-        namespaces=config.namespaces,
-        standalone=True,
-        liveness_endpoint=config.liveness_endpoint,
-        memo=kopf.Memo(config=config, pools=pools),
-    )
+    elector = None
+    if config.leader_election:
+        try:
+            settings = lease_settings(config)
+        except ConfigError as error:
+            print(f"dflash-operator: {error}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
+        kube = Kube(load_api_client(pool_size=2), config.connect_timeout, config.request_timeout)
+        elector = LeaseElector(kube, settings)
+        with standby_health(config):
+            elector.acquire()
+        elector.keep_leading(on_lost=exit_on_lost_lease)
+    try:
+        kopf.run(
+            clusterwide=config.clusterwide,
+            namespaces=config.namespaces,
+            standalone=True,
+            liveness_endpoint=config.liveness_endpoint,
+            memo=kopf.Memo(config=config, pools=pools),
+        )
+    finally:
+        if elector is not None:
+            elector.release()
     return 0
 
 

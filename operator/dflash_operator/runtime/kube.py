@@ -55,6 +55,7 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Workload": Resource("kueue.x-k8s.io", "v1beta2", "workloads"),
+    "Lease": Resource("coordination.k8s.io", "v1", "leases"),
 }
 
 

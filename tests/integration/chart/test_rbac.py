@@ -29,6 +29,16 @@ OPERATOR_RIGHTS = {
     "rolebindings.rbac.authorization.k8s.io": {"get", "create"},
     "events": {"create"},
 }
+
+
+# Leader election, in the release namespace only: create a Lease, then get/update only its own.
+def leader_rights(release: Any) -> dict[str, set[str]]:
+    return {
+        "leases.coordination.k8s.io": {"create"},
+        f"leases.coordination.k8s.io[{release.account}]": {"get", "update"},
+    }
+
+
 # Every authenticated user may ask what it may do (system:basic-user).
 SELF_REVIEWS = {
     "selfsubjectreviews.authentication.k8s.io",
@@ -62,7 +72,8 @@ def can_i(release: Any, verb: str, resource: str, *extra: str, as_user: str | No
 
 
 def rights(release: Any, namespace: str) -> dict[str, set[str]]:
-    """`kubectl auth can-i --list` of the account in `namespace`: resource -> verbs."""
+    """`kubectl auth can-i --list` of the account in `namespace`: resource -> verbs (rules
+    limited to named objects as `resource[name]`)."""
     table = release.cluster.kubectl(
         "auth", "can-i", "--list", f"--as={release.user}", "-n", namespace
     ).stdout.splitlines()[1:]
@@ -70,8 +81,9 @@ def rights(release: Any, namespace: str) -> dict[str, set[str]]:
     for line in table:
         resource, non_resource, names, verbs = line.split(None, 3) if line[0] != " " else [""] * 4
         if resource and resource not in SELF_REVIEWS:
-            assert (non_resource, names) == ("[]", "[]"), line
-            found.setdefault(resource, set()).update(verbs.strip("[]").split())
+            assert non_resource == "[]", line
+            key = resource if names == "[]" else f"{resource}{names}"
+            found.setdefault(key, set()).update(verbs.strip("[]").split())
     return found
 
 
@@ -89,7 +101,7 @@ def as_operator(release: Any, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_operators_account_holds_exactly_the_rights_its_code_uses(release: Any) -> None:
     release.install()
-    assert rights(release, release.namespace) == OPERATOR_RIGHTS
+    assert rights(release, release.namespace) == OPERATOR_RIGHTS | leader_rights(release)
     assert rights(release, "default") == OPERATOR_RIGHTS  # cluster-wide mode
     assert can_i(release, "list", "jobs.batch", "--all-namespaces")
     assert can_i(release, "patch", "dflashruns.dflash.dev", "--subresource=status", "-n", "x")
@@ -127,7 +139,7 @@ def test_single_namespace_mode_gives_rights_in_the_watched_namespaces_only(
     release: Any, other_namespace: str
 ) -> None:
     release.install("--set", f"operator.watchNamespaces={{{release.namespace}}}")
-    assert rights(release, release.namespace) == OPERATOR_RIGHTS
+    assert rights(release, release.namespace) == OPERATOR_RIGHTS | leader_rights(release)
     assert rights(release, other_namespace) == {}
     for verb, resource in (("list", "dflashruns.dflash.dev"), ("create", "jobs.batch")):
         assert can_i(release, verb, resource, "-n", release.namespace)
