@@ -95,7 +95,9 @@ class Controller:
             return
         metrics.RECONCILES.labels("ok").inc()
         if result.retry:
-            self.queue.add_rate_limited(key)
+            # The reconcile's own delay (e.g. 10 s after a refused creation), growing with
+            # repeated failures: never the bare rate limiter's 0.5 s.
+            self.queue.add_rate_limited(key, at_least=result.requeue_after or 0.0)
             return
         self.queue.forget(key)
         if result.requeue_after is not None:

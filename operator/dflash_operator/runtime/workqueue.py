@@ -58,12 +58,13 @@ class WorkQueue:
             heapq.heappush(self._delayed, (time.monotonic() + delay, self._sequence, key))
             self._lock.notify()
 
-    def add_rate_limited(self, key: str) -> float:
-        """Add after a backoff that doubles with each consecutive failure; returns it."""
+    def add_rate_limited(self, key: str, at_least: float = 0.0) -> float:
+        """Add after a backoff that doubles with each consecutive failure, and never sooner
+        than `at_least` (a delay the reconcile asked for); returns the delay."""
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        delay = float(min(self._base * (2**failures), self._max))
+        delay = max(float(min(self._base * (2**failures), self._max)), at_least)
         self.add_after(key, delay)
         return delay
 

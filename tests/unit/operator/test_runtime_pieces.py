@@ -79,3 +79,25 @@ def test_an_event_names_the_run_and_keeps_messages_short() -> None:
     assert (event["type"], event["reason"]) == ("Warning", "AuditFailed")
     assert len(event["message"]) == MAX_EVENT_MESSAGE
     assert event["metadata"]["name"].startswith("r1.")
+
+
+def test_a_reconcile_asking_to_retry_later_waits_that_long_not_the_backoffs_first_step() -> None:
+    """A creation refused for a reason that may pass asks for 10 s (CREATE_RETRY_SECONDS): the
+    work queue honours it (docs: retries every 10 s), growing only past it with the backoff."""
+    from dflash_operator.runtime.controller import Controller
+    from dflash_operator.runtime.reconciler import CREATE_RETRY_SECONDS, Result
+
+    class Refused:
+        def reconcile(self, namespace: str, name: str) -> Result:
+            return Result(requeue_after=CREATE_RETRY_SECONDS, retry=True)
+
+    controller = Controller(Refused(), 1, 60.0, list)  # type: ignore[arg-type]
+    before = time.monotonic()
+    controller._process("ns/a")
+    due, _seq, key = controller.queue._delayed[0]
+    assert key == "ns/a"
+    assert due - before >= CREATE_RETRY_SECONDS
+    assert controller.queue.add_rate_limited("ns/b", at_least=10.0) == 10.0
+    assert [controller.queue.add_rate_limited("ns/c", at_least=1.0) for _ in range(4)] == [
+        1.0, 1.0, 2.0, 4.0,
+    ]  # fmt: skip
