@@ -21,7 +21,7 @@ RECONCILE_SECONDS = Histogram(
 RECONCILES = Counter("dflash_reconciles_total", "Reconciles of DFlashRuns, by outcome.", ["result"])
 RECONCILE_ERRORS = Counter(
     "dflash_reconcile_errors_total",
-    "Reconciles that failed and were retried, by cause (api, unexpected).",
+    "Reconciles that failed, by cause (api, unexpected, unreadable_status).",
     ["cause"],
 )
 GATE_FAILURES = Counter(

@@ -77,12 +77,22 @@ class PlanInput:
     now: datetime
 
 
+class UnreadableStatusError(Exception):
+    """The stored status does not parse: written by a newer operator (an enum value this one
+    does not know), or edited by hand. Never taken for an empty status: that would start a
+    finished pipeline again, on GPUs."""
+
+
 def parse_status(raw: Any) -> DFlashRunStatus:
-    """The stored status; an unreadable one (hand-edited) is started afresh."""
+    """The stored status; UnreadableStatusError names the first field this version cannot read."""
     try:
         return DFlashRunStatus.model_validate(raw or {})
-    except ValidationError:
-        return DFlashRunStatus()
+    except ValidationError as error:
+        item = error.errors(include_url=False)[0]
+        where = "status." + ".".join(str(part) for part in item["loc"])
+        raise UnreadableStatusError(
+            f"{where}={item.get('input')!r} is not readable by this operator: {item['msg']}"
+        ) from None
 
 
 def plan(inp: PlanInput) -> Plan:

@@ -16,7 +16,7 @@ from dflash_operator.api.status import DFlashRunStatus
 from dflash_operator.children.meta import RunRef
 from dflash_operator.plan.actions import Plan
 from dflash_operator.plan.observed import Observed
-from dflash_operator.plan.planner import PlanInput, parse_status, plan
+from dflash_operator.plan.planner import PlanInput, UnreadableStatusError, parse_status, plan
 from dflash_operator.plan.stages import PlanSettings
 from dflash_operator.pools import PoolsConfig
 from dflash_operator.runtime.events import EventPoster
@@ -91,7 +91,16 @@ class Reconciler:
             return Result()
         meta = body.get("metadata") or {}
         run = RunRef(name, namespace, str(meta.get("uid")))
-        old_status = parse_status(body.get("status"))
+        try:
+            old_status = parse_status(body.get("status"))
+        except UnreadableStatusError as error:
+            # Acting would mean starting over (re-running finished stages on GPUs), and writing
+            # would erase what a newer operator recorded: leave the run exactly as it is.
+            metrics.RECONCILE_ERRORS.labels("unreadable_status").inc()
+            log.warning("%s/%s: not acting on this run: %s (fix or remove the field with "
+                        "kubectl edit --subresource=status, or run the newer operator)",
+                        namespace, name, error)  # fmt: skip
+            return Result()
         observed = self.observer.observe(namespace, name, old_status)
         inputs = PlanInput(body, observed, self.pools, self.settings, self.clock())
         first = plan(inputs)
