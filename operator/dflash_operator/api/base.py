@@ -88,6 +88,17 @@ class Rule:
         return out
 
 
+def immutable(field: str, why: str = "it defines what every stage has produced") -> Rule:
+    """A transition rule: the field may not change once the run exists."""
+    return Rule(
+        rule="self == oldSelf",
+        message=(
+            f"spec.{field} is immutable once the run is created, because {why}; create a new "
+            "DFlashRun to change it"
+        ),
+    )
+
+
 class ApiModel(BaseModel):
     """camelCase in YAML, snake_case in Python; unknown fields are errors; rules are checked.
 

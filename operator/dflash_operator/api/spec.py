@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from dflash_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, Rule, nested
+from dflash_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, Rule, immutable, nested
 from dflash_operator.api.spec_audit import AuditSpec
 from dflash_operator.api.spec_data import (
     DataSpec,
@@ -24,17 +24,6 @@ from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
 
 # 30 days: the longest a finished run's children may linger before cleanup.
 MAX_TTL_SECONDS = 30 * 24 * 3600
-
-
-def immutable(field: str) -> Rule:
-    """A transition rule: the field may not change once the run exists."""
-    return Rule(
-        rule="self == oldSelf",
-        message=(
-            f"spec.{field} is immutable once the run is created, because it defines what every "
-            "stage has produced; create a new DFlashRun to change it"
-        ),
-    )
 
 
 def _regenerated_only(spec: DFlashRunSpec) -> bool:

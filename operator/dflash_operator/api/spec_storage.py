@@ -19,9 +19,14 @@ from dflash_operator.api.base import (
     DnsSubdomain,
     Endpoint,
     Rule,
+    immutable,
     pattern_rule,
     refused,
 )
+
+# The run's artifacts (data, checkpoints, the drafter) live under the storage location: moving
+# it mid-run would split them, and two roots would be written.
+_WHERE = "the run's data, checkpoints and drafter live there"
 
 DEFAULT_PREFIX = "dflash"
 MAX_PREFIX_LENGTH = 512
@@ -128,14 +133,17 @@ class StorageSpec(ApiModel):
 
     rules = tuple(_refuse(field) for field in REFUSED_CREDENTIAL_FIELDS)
 
-    bucket: Bucket = Field(description="S3 bucket of the run's artifacts (just the name).")
-    prefix: Prefix = Field(
+    bucket: Annotated[Bucket, immutable("storage.bucket", _WHERE)] = Field(
+        description="S3 bucket of the run's artifacts (just the name). Immutable."
+    )
+    prefix: Annotated[Prefix, immutable("storage.prefix", _WHERE)] = Field(
         default=DEFAULT_PREFIX,
         description=(
-            "Key prefix inside the bucket; the run's root is <prefix>/<namespace>/<run>/<uid>/."
+            "Key prefix inside the bucket; the run's root is <prefix>/<namespace>/<run>/<uid>/. "
+            "Immutable."
         ),
     )
-    endpoint: Endpoint | None = Field(
+    endpoint: Annotated[Endpoint | None, immutable("storage.endpoint", _WHERE)] = Field(
         default=None,
         description=(
             "S3 endpoint URL for S3-compatible stores (MinIO, SeaweedFS, Ceph, R2). Unset: AWS S3."

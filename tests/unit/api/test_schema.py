@@ -120,13 +120,20 @@ def test_every_object_rule_of_the_models_reaches_the_crd() -> None:
     assert object_rules == _rules_in_models()
 
 
-def test_target_drafter_and_data_are_immutable_and_nothing_else_is() -> None:
+def test_target_drafter_data_and_the_storage_location_are_immutable_and_nothing_else_is() -> None:
     immutable = sorted(
         name
         for name, node in SPEC["properties"].items()
         if any(rule["rule"] == "self == oldSelf" for rule in node.get(CEL_KEY, []))
     )
     assert immutable == ["data", "drafter", "target"]
+    storage = SPEC["properties"]["storage"]["properties"]
+    moved = sorted(
+        name
+        for name, node in storage.items()
+        if any(rule["rule"] == "self == oldSelf" for rule in node.get(CEL_KEY, []))
+    )
+    assert moved == ["bucket", "endpoint", "prefix"]  # the location; not credentials or policy
 
 
 def test_the_crd_has_the_identity_the_issue_asks_for() -> None:

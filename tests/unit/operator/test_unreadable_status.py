@@ -49,9 +49,7 @@ def test_an_unreadable_status_names_the_field_and_the_value() -> None:
     assert "status.phase='Distilled'" in str(raised.value)
 
 
-def test_a_run_with_an_unreadable_status_is_left_alone(
-    pools: PoolsConfig, make_body: Any
-) -> None:
+def test_a_run_with_an_unreadable_status_is_left_alone(pools: PoolsConfig, make_body: Any) -> None:
     body = make_body(status=FINISHED_BY_A_NEWER_OPERATOR)
     kube = RecordingKube(body)
     reconciler = Reconciler(kube, NoChildren(), pools, PlanSettings())  # type: ignore[arg-type]
