@@ -83,6 +83,22 @@ def chart_pools(*helm_args: str) -> dict[str, Any]:
     raise RuntimeError("the chart renders no pools ConfigMap")
 
 
+def _wait_established(admin_kubeconfig: Path, crd: str, timeout: float = 60.0) -> None:
+    """Until the CRD is Established. Not `kubectl wait`: right after an update of the CRD its
+    status may have no conditions yet, and kubectl wait then fails at once ("accessor error")."""
+    deadline = time.monotonic() + timeout
+    jsonpath = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    while True:
+        try:
+            if kubectl(admin_kubeconfig, "get", "crd", crd, "-o", jsonpath).strip() == "True":
+                return
+        except RuntimeError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRD {crd} was not Established after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
 def install(admin_kubeconfig: Path, *helm_args: str) -> list[dict[str, Any]]:
     """Apply the CRD, then the chart's RBAC and pools ConfigMap (idempotent, server-side)."""
     kubectl(
@@ -94,13 +110,7 @@ def install(admin_kubeconfig: Path, *helm_args: str) -> list[dict[str, Any]]:
         "-f",
         str(CRD),
     )
-    kubectl(
-        admin_kubeconfig,
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/dflashruns.dflash.dev",
-    )
+    _wait_established(admin_kubeconfig, "dflashruns.dflash.dev")
     namespace = yaml.safe_dump(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     )

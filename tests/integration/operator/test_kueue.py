@@ -35,6 +35,7 @@ def queue(harness: Any) -> Iterator[str]:
          "spec": {
              "namespaceSelector": {
                  "matchLabels": {"kubernetes.io/metadata.name": harness.namespace}},
+             "preemption": {"withinClusterQueue": "LowerPriority"},
              "resourceGroups": [{
                  "coveredResources": ["nvidia.com/gpu"],
                  "flavors": [{"name": flavor,
@@ -51,9 +52,10 @@ def queue(harness: Any) -> Iterator[str]:
     harness.cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
 
 
-def to_training(harness: Any, make_spec: Any, name: str) -> None:
+def to_training(harness: Any, make_spec: Any, name: str, **extra: Any) -> None:
     """A run with regenerated data (no regeneration), through its gates, to its training."""
     spec = make_spec(
+        **extra,
         regeneration={"enabled": False},
         data={
             "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
@@ -158,3 +160,40 @@ def test_suspending_an_admitted_run_deactivates_its_workload_and_resume_readmits
     harness.wait_phase("r1", "Training")
     assert pytorchjob(harness, "r1-train")["metadata"]["uid"] == uid  # the same job resumed
     assert json.dumps(admitted(harness, "r1")).count("Admitted") >= 1
+
+
+PRIORITIES = {"dflash-test-low": 100, "dflash-test-high": 1000}
+
+
+def test_a_higher_priority_run_preempts_and_the_preempted_training_resumes_the_same_job(
+    harness: Any, make_spec: Any, queue: str
+) -> None:
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+         "metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"}
+        for name, value in PRIORITIES.items()
+    ]  # fmt: skip
+    harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
+    harness.start_operator()
+    to_training(harness, make_spec, "low", priorityClassName="dflash-test-low")
+    harness.running_pods("low-train", 1)
+    uid = pytorchjob(harness, "low-train")["metadata"]["uid"]
+
+    to_training(harness, make_spec, "high", priorityClassName="dflash-test-high")
+    harness.running_pods("high-train", 1, timeout=90)  # Kueue evicted "low" to admit it
+
+    def preempted() -> dict[str, Any] | None:
+        condition = admitted(harness, "low") or {}
+        return condition if condition.get("reason") == "Queued" else None
+
+    condition = wait_for("low to show its preemption", preempted)
+    assert "waits in Kueue LocalQueue gpus" in condition["message"]
+    assert pytorchjob(harness, "low-train")["spec"]["runPolicy"]["suspend"] is True
+    wait_for("low's pods to go", lambda: not harness.pods_of("low-train"))
+    assert harness.status("low")["phase"] == "Training"  # waiting, not failed
+
+    harness.finish("high-train", harness.stage_results["train"])
+    harness.wait_phase("high", "Succeeded")
+    harness.running_pods("low-train", 1, timeout=90)  # readmitted: the same job resumes
+    assert pytorchjob(harness, "low-train")["metadata"]["uid"] == uid
+    wait_for("low admitted again", lambda: (admitted(harness, "low") or {}).get("status") == "True")
