@@ -64,6 +64,8 @@ from dflash_operator.pools import PoolsConfig
 
 # A child that is still being deleted blocks its name; look again shortly.
 DELETING_RECHECK_SECONDS = 2.0
+# Pod phases after which a pod writes nothing more.
+_POD_DONE = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,21 @@ def _start(
     observed: Observed,
 ) -> None:
     """Create the stage's child (after its config and, for training, its identity)."""
+    earlier = [
+        pod for pod in observed.pods
+        if pod.stage == stage and pod.attempt < attempt and pod.phase not in _POD_DONE
+    ]  # fmt: skip
+    if earlier:
+        # A new attempt writes where the earlier one did (the stage's S3 prefix): it starts
+        # only once every pod of the earlier attempts has stopped, never beside one.
+        names = ", ".join(sorted(pod.name for pod in earlier)[:3])
+        draft.set_phase(
+            STAGE_PHASES[stage],
+            f"waiting for {len(earlier)} pod(s) of an earlier attempt to stop ({names}) before "
+            f"attempt {attempt} of {stage.value} starts",
+        )
+        draft.requeue(DELETING_RECHECK_SECONDS)
+        return
     eval_placement = ctx.placements.get(Stage.EVAL)
     on_gpus = eval_placement is not None and eval_placement.gpus > 0
     stages_status = draft.status.stages

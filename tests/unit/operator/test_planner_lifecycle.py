@@ -144,6 +144,35 @@ def test_a_retry_of_a_failed_run_starts_a_new_attempt_of_the_failed_stage(
     assert "completionTime" not in world.status
 
 
+def test_a_retry_waits_until_the_earlier_attempts_pods_have_stopped(
+    sim: Callable[..., Any],
+) -> None:
+    """Two writers never share the stage's S3 prefix: attempt 2 starts only once the failed
+    attempt's last pod (still terminating, still running its process) has stopped."""
+    world = sim()
+    world.step()
+    world.finish("r1-regen", ok=False)
+    world.step()
+    old = world.child("r1-regen")
+    lingering = PodView(
+        name="r1-regen-1-xyz", uid="p9", owner_name="r1-regen", owner_uid=old.uid,
+        stage=Stage.REGEN, attempt=1, index=1, phase="Running",
+    )  # fmt: skip
+    world.pods.append(lingering)
+    retry = {"dflash.dev/retry": "now"}
+    world.step(lambda body: body["metadata"]["annotations"].update(retry))
+    world.step()
+    assert world.created == ["r1-regen"]
+    assert (
+        "waiting for 1 pod(s) of an earlier attempt to stop (r1-regen-1-xyz)"
+        in (world.status["message"])
+    )
+    world.pods.remove(lingering)
+    world.pods.append(replace(lingering, phase="Failed"))
+    world.step()
+    assert world.created == ["r1-regen", "r1-regen-2"]
+
+
 def test_a_succeeded_run_ignores_retries_and_never_recreates_children(
     sim: Callable[..., Any],
 ) -> None:
