@@ -41,7 +41,7 @@ from dflash_operator.plan.actions import (
 )
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
 from dflash_operator.plan.observed import ChildView, CreateFailure, Observed
-from dflash_operator.plan.placement import place_stages
+from dflash_operator.plan.placement import PlacementError, place_stage, place_stages
 from dflash_operator.plan.prune import prune_after_success
 from dflash_operator.plan.requests import (
     find_approval,
@@ -131,10 +131,17 @@ def plan(inp: PlanInput) -> Plan:
 
     stages = build_pipeline(spec)
     placements, errors = place_stages(spec, stages, inp.pools)
-    if errors:
+    if errors and draft.status.start_time is None:
+        # Nothing started yet: say every reason at once, before any GPU is used.
         outcomes.fail_run(draft, errors[0].reason, "; ".join(e.message for e in errors))
         return draft.finish()
-    ctx = StageContext(run, spec, build_run_root(spec.storage, run), placements, inp.settings)
+    # Started: a pools change never fails what runs; a stage that no longer fits fails the run
+    # when it is about to start (`_step`).
+    unplaced = {s: place_stage(spec, s, inp.pools) for s in stages if s not in placements}
+    ctx = StageContext(
+        run, spec, build_run_root(spec.storage, run), placements, inp.settings,
+        unplaced={s: e for s, e in unplaced.items() if isinstance(e, PlacementError)},
+    )  # fmt: skip
     _initial_conditions(draft, stages)
     if not spec.regeneration.enabled:
         why = "regeneration.enabled is false: the sources are regenerated completions"
@@ -158,7 +165,11 @@ def plan(inp: PlanInput) -> Plan:
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
     _sync_suspension(ctx, draft, current)
     draft.status.node_pools = format_node_pools(
-        {POOL_COLUMN_NAMES[s]: placements[s].pool_name for s in stages if s in POOL_COLUMN_NAMES}
+        {
+            POOL_COLUMN_NAMES[s]: placements[s].pool_name
+            for s in stages
+            if s in POOL_COLUMN_NAMES and s in placements
+        }
     )
     draft.status.audit_verdict = format_audit_verdict(draft.status.audit)
     return draft.finish()
@@ -254,6 +265,12 @@ def _step(
         if child is not None:
             draft.requeue(DELETING_RECHECK_SECONDS)
             draft.set_phase(STAGE_PHASES[stage], f"waiting for the old {kind} {name} to be deleted")
+            return False
+        unplaced = ctx.unplaced.get(stage)
+        if unplaced is not None:
+            message = f"{stage.value} cannot start: {unplaced.message} (the node pools changed "
+            message += "after the run started; stages that ran kept their pools)"
+            outcomes.fail_run(draft, unplaced.reason, message)
             return False
         _start(ctx, draft, stage, attempt, kind, name, observed)
         return False

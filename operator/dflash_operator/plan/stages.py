@@ -21,7 +21,7 @@ from dflash_operator.config import (
     DEFAULT_STAGE_BACKOFF_LIMIT,
     DEFAULT_TRAINER_IMAGE,
 )
-from dflash_operator.plan.placement import Placement
+from dflash_operator.plan.placement import Placement, PlacementError
 
 STAGE_GATES: dict[Stage, Gate] = {stage: gate for gate, stage in GATE_STAGES.items()}
 # Short stage names for the Pools column ("regen=b200 train=rtx-pro-6000").
@@ -53,6 +53,9 @@ class StageContext:
     run_root: str
     placements: dict[Stage, Placement]
     settings: PlanSettings
+    # Stages that do not fit the pools as they are now (the pools changed after the run
+    # started): each fails the run only when it is about to start.
+    unplaced: dict[Stage, PlacementError] = field(default_factory=dict)
 
 
 def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:

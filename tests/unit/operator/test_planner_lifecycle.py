@@ -12,6 +12,7 @@ import pytest
 from dflash_operator.api.constants import Stage
 from dflash_operator.plan.actions import CreateChild, DeleteChild, SetWorkloadActive
 from dflash_operator.plan.observed import CreateFailure, PodView, Termination
+from dflash_operator.pools import parse_pools
 
 REGEN = {"samples": 10}
 PASS = {"verdict": "pass"}
@@ -499,3 +500,44 @@ def test_pods_of_a_namesake_child_are_never_read(sim: Callable[..., Any]) -> Non
     world.step()
     assert world.status["stages"]["regeneration"]["shardsDone"] == 0
     assert world.status["progress"].startswith("regen 0/")
+
+
+# --- the pools change under a running run -----------------------------------------------------------
+def test_a_pools_change_never_fails_a_running_stage_only_a_stage_that_cannot_start(
+    sim: Callable[..., Any],
+) -> None:
+    """The chart's pools change (the operator restarts with them) while regeneration runs on
+    b200, and the training pool is gone: regeneration runs on and its results are kept; the
+    run fails when training is about to start, naming the stage and the pool."""
+    world = sim()
+    world.step()
+    assert world.status["phase"] == "Regenerating"
+    raw = world.pools.model_dump(by_alias=True, exclude_none=True)
+    del raw["nodePools"]["rtx-pro-6000"]  # the training pool is gone from the chart values
+    raw["defaults"]["training"] = "b200"
+    world.body["spec"].setdefault("training", {})["nodePool"] = "rtx-pro-6000"  # named
+    world.pools = parse_pools(raw)
+    world.step()
+    assert world.status["phase"] == "Regenerating"
+    assert world.condition("Failed") is None or world.condition("Failed")["status"] != "True"
+
+    world.finish("r1-regen", result=REGEN, pods=4)
+    world.settle()
+    for name in ("r1-audit-completions", "r1-tokenize", "r1-audit-tokens"):
+        world.finish(name, result=PASS if "audit" in name else {})
+        world.settle()
+    failed = world.condition("Failed")
+    assert world.status["phase"] == "Failed" and failed["reason"] == "UnknownNodePool"
+    assert failed["message"].startswith("train cannot start: ")
+    assert "rtx-pro-6000" in failed["message"]
+    assert "r1-train" not in world.created
+    assert world.status["stages"]["regeneration"]["shardsDone"] == 4  # kept
+
+
+def test_a_run_that_does_not_fit_before_anything_started_fails_at_once(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = sim(spec=make_spec(training={"nodes": 2, "gpusPerNode": 2, "nodePool": "nope"}))
+    world.step()
+    assert world.status["phase"] == "Failed"
+    assert world.created == []
