@@ -88,6 +88,24 @@ class Rule:
         return out
 
 
+# The longest deadline accepted for a stage or a run: 30 days.
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600
+
+
+def stage_deadline(stage: str) -> Any:
+    """`activeDeadlineSeconds` of a stage's Job / PyTorchJob (unset: none)."""
+    return Field(
+        default=None,
+        ge=60,
+        le=MAX_DEADLINE_SECONDS,
+        description=(
+            f"Longest time {stage} may run (Job / PyTorchJob activeDeadlineSeconds; the clock "
+            "stops while suspended or queued). Past it the stage's pods are stopped and the run "
+            "fails, naming the stage. Unset: no limit."
+        ),
+    )
+
+
 def immutable(field: str, why: str = "it defines what every stage has produced") -> Rule:
     """A transition rule: the field may not change once the run exists."""
     return Rule(

@@ -205,6 +205,7 @@ class Reason(StrEnum):
     NOT_SUSPENDED = "NotSuspended"
     QUEUED = "Queued"
     ADMITTED = "Admitted"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
     TRAINING_RESUMED = "TrainingResumed"
     SUCCEEDED = "Succeeded"
     INVALID_SPEC = "InvalidSpec"
@@ -254,6 +255,11 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.RESUMED: "spec.suspend is false: resuming {stage}",
     Reason.NOT_SUSPENDED: "The run is not suspended",
     Reason.QUEUED: "{stage} waits in Kueue LocalQueue {queue}: {why}",
+    Reason.DEADLINE_EXCEEDED: (
+        "The run exceeded spec.activeDeadlineSeconds={seconds} (started {started}) in stage "
+        "{stage}; its running pods were stopped. Raise the deadline, then retry with: "
+        "kubectl annotate dfr <run> " + ANNOTATION_RETRY + "=<any new value> --overwrite"
+    ),
     Reason.ADMITTED: "{stage} admitted by Kueue ClusterQueue {cluster_queue}",
     Reason.TRAINING_RESUMED: "Training resumed from checkpoint {uri} (step {step})",
     Reason.SUCCEEDED: "Drafter exported to {drafter_uri}; acceptance length {acceptance_length}",

@@ -10,7 +10,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from dflash_operator.api.base import ApiModel, DnsLabel, DnsSubdomain, Rule, immutable, nested
+from dflash_operator.api.base import (
+    MAX_DEADLINE_SECONDS,
+    ApiModel,
+    DnsLabel,
+    DnsSubdomain,
+    Rule,
+    immutable,
+    nested,
+)
 from dflash_operator.api.spec_audit import AuditSpec
 from dflash_operator.api.spec_data import (
     DataSpec,
@@ -100,6 +108,16 @@ class DFlashRunSpec(ApiModel):
         description=(
             "true stops the running stage's children (keeping all committed output); false "
             "resumes where the run left off. Editable at any time."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=MAX_DEADLINE_SECONDS,
+        description=(
+            "Longest time the whole run may take, from its first stage's start to success. "
+            "Past it the running stage is stopped (its pods go, nothing more is created) and the "
+            "run fails, naming the stage it was in. Unset: no limit."
         ),
     )
     ttl_seconds_after_finished: int | None = Field(

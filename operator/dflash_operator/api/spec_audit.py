@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from dflash_operator.api.base import ApiModel, NodePoolName, nested
+from dflash_operator.api.base import ApiModel, NodePoolName, nested, stage_deadline
 
 
 def _rate(default: float, description: str) -> Any:
@@ -238,6 +238,7 @@ class AuditSpec(ApiModel):
     prompts: PromptsGate = nested(PromptsGate, "Prompts gate thresholds.")
     completions: CompletionsGate = nested(CompletionsGate, "Completions gate thresholds.")
     tokens: TokensGate = nested(TokensGate, "Tokens gate thresholds.")
+    active_deadline_seconds: int | None = stage_deadline("each audit gate")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for audit Jobs. Unset: the operator's default (cpu).",
@@ -249,7 +250,9 @@ class AuditSpec(ApiModel):
         `spec.target.thinking`.
         """
         shared = self.model_dump(
-            mode="json", by_alias=True, exclude={"prompts", "completions", "tokens", "node_pool"}
+            mode="json",
+            by_alias=True,
+            exclude={"prompts", "completions", "tokens", "node_pool", "active_deadline_seconds"},
         )
         return {
             **shared,

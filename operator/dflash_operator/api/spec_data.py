@@ -18,6 +18,7 @@ from dflash_operator.api.base import (
     NodePoolName,
     Rule,
     nested,
+    stage_deadline,
 )
 from dflash_operator.api.naming import MAX_SHARDS
 
@@ -319,6 +320,9 @@ class RegenerationSpec(ApiModel):
         default=None,
         description="Container image of the regeneration pods. Unset: the operator's default.",
     )
+    active_deadline_seconds: int | None = stage_deadline(
+        "regeneration (the canary and every shard)"
+    )
     node_pool: NodePoolName | None = Field(
         default=None,
         description=(
@@ -426,6 +430,7 @@ class TokenizationSpec(ApiModel):
             "before tokenization fails naming them; more means a wrong template."
         ),
     )
+    active_deadline_seconds: int | None = stage_deadline("tokenization")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for tokenization. Unset: the operator's default (cpu).",

@@ -9,7 +9,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from dflash_operator.api.base import ApiModel, DataUri, Image, NodePoolName, Quantity, Rule
+from dflash_operator.api.base import (
+    ApiModel,
+    DataUri,
+    Image,
+    NodePoolName,
+    Quantity,
+    Rule,
+    stage_deadline,
+)
 from dflash_operator.api.naming import MAX_ATTEMPT, MAX_TRAINING_NODES
 from dflash_operator.api.spec_data import SourceFormat
 
@@ -96,6 +104,7 @@ class TrainingSpec(ApiModel):
         default=None,
         description="Container image of the training pods. Unset: the operator's default.",
     )
+    active_deadline_seconds: int | None = stage_deadline("training")
     node_pool: NodePoolName | None = Field(
         default=None,
         description=(
@@ -295,6 +304,7 @@ class EvaluationSpec(ApiModel):
         default=None,
         description="Container image of the evaluation pod. Unset: the operator's default.",
     )
+    active_deadline_seconds: int | None = stage_deadline("evaluation")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for evaluation. Unset: the operator's default for training.",

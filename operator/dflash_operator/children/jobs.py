@@ -41,10 +41,17 @@ def _job(
         ),
         "spec": {
             **spec,
+            **deadline(ctx),
             "suspend": suspend,
             "template": build_pod_template(ctx, container, restart_policy="Never"),
         },
     }
+
+
+def deadline(ctx: PodContext) -> dict[str, int]:
+    """`activeDeadlineSeconds` when the spec sets one for the stage (Job and runPolicy)."""
+    seconds = ctx.active_deadline_seconds
+    return {"activeDeadlineSeconds": seconds} if seconds is not None else {}
 
 
 def build_regen_job(ctx: PodContext, run_root: str, suspend: bool = False) -> dict[str, Any]:

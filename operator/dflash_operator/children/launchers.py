@@ -11,6 +11,7 @@ from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec_training import Launcher
 from dflash_operator.children import commands
+from dflash_operator.children.jobs import deadline
 from dflash_operator.children.kinds import PYTORCHJOB, ChildKind
 from dflash_operator.children.meta import build_metadata
 from dflash_operator.children.pod import PodContext, build_container, build_pod_template
@@ -70,6 +71,7 @@ class PyTorchJobLauncher:
                     # stay, so the failure reason can still be read.
                     "cleanPodPolicy": "Running",
                     "suspend": suspend,
+                    **deadline(ctx),
                 },
                 "pytorchReplicaSpecs": replicas,
             },

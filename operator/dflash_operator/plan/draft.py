@@ -27,6 +27,7 @@ WARNING_REASONS = frozenset(
     {
         Reason.STAGE_FAILED,
         Reason.RETRIES_EXHAUSTED,
+        Reason.DEADLINE_EXCEEDED,
         Reason.CHILD_LOST,
         Reason.CHILD_CREATE_FAILED,
         Reason.AUDIT_FAILED,

@@ -116,6 +116,8 @@ def plan(inp: PlanInput) -> Plan:
             draft.event(
                 Reason.RETRY_REQUESTED, f"Retry {retry.token!r} ignored: the run already succeeded"
             )
+        if draft.status.phase == Phase.FAILED:
+            _stop_running_children(draft, observed)
         if spec is not None:
             if draft.status.phase == Phase.SUCCEEDED:
                 prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
@@ -156,8 +158,14 @@ def plan(inp: PlanInput) -> Plan:
             draft.record_child(child)
     if retry is not None:
         apply_retry(ctx, draft, retry, stages, observed)
+    if _past_run_deadline(spec, draft):
+        _stop_running_children(draft, observed)
+        return draft.finish()
     approvals, approval_problems = parse_approvals(meta.annotations)
     current = _walk(ctx, draft, stages, observed, approvals)
+    if draft.status.phase == Phase.FAILED:
+        _stop_running_children(draft, observed)
+    _requeue_at_run_deadline(spec, draft)
     if current is None:  # every stage is done: the run succeeded in this pass
         prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
     ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
@@ -436,6 +444,40 @@ def _sync_suspension(ctx: StageContext, draft: Draft, current: Stage | None) -> 
                 Reason.TRAINING_RESUMED,
                 Reason.TRAINING_RESUMED.message(uri=checkpoint.uri, step=checkpoint.step),
             )
+
+
+def _stop_running_children(draft: Draft, observed: Observed) -> None:
+    """A failed run keeps no pod: its unfinished Jobs / PyTorchJobs are deleted (their pods go
+    with them; finished ones stay for inspection). No GPU is held for a run that failed."""
+    for child in observed.children:
+        if child.kind in WORKLOAD_KINDS and not child.finished.done and not child.deleting:
+            draft.act(DeleteChild(child.kind, child.name))
+
+
+def _past_run_deadline(spec: DFlashRunSpec, draft: Draft) -> bool:
+    """spec.activeDeadlineSeconds, counted from the first stage's start: past it, the run
+    fails naming the stage it was in (`_requeue_at_run_deadline` looks again when it is due)."""
+    seconds, started = spec.active_deadline_seconds, draft.status.start_time
+    if seconds is None or started is None:
+        return False
+    if draft.now < started + timedelta(seconds=seconds):
+        return False
+    # From the phase, not the children: the plan after the deletion must say the same.
+    phase = draft.status.phase
+    stage = next((s.value for s, p in STAGE_PHASES.items() if p == phase), "between stages")
+    message = Reason.DEADLINE_EXCEEDED.message(
+        seconds=seconds, started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), stage=stage
+    )
+    outcomes.fail_run(draft, Reason.DEADLINE_EXCEEDED, message)
+    return True
+
+
+def _requeue_at_run_deadline(spec: DFlashRunSpec, draft: Draft) -> None:
+    seconds, started = spec.active_deadline_seconds, draft.status.start_time
+    phase = draft.status.phase
+    if seconds is not None and started is not None and not (phase and phase.is_terminal()):
+        due = started + timedelta(seconds=seconds)
+        draft.requeue(max((due - draft.now).total_seconds(), 0.0))
 
 
 def _expire_children(spec: DFlashRunSpec, draft: Draft, observed: Observed) -> None:

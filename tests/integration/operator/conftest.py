@@ -209,6 +209,14 @@ class Harness:
 
         return wait_for(f"{count} running pod(s) of {child}", ready, timeout)
 
+    def running_pods_now(self, child: str) -> list[dict[str, Any]]:
+        """The child's pods that are Running and not being deleted, now (no waiting)."""
+        return [
+            p for p in self.pods_of(child)
+            if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]  # fmt: skip
+
     def finish_pod(
         self, pod: dict[str, Any], result: dict[str, Any] | None, exit_code: int = 0
     ) -> None:

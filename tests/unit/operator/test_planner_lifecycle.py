@@ -541,3 +541,35 @@ def test_a_run_that_does_not_fit_before_anything_started_fails_at_once(
     world.step()
     assert world.status["phase"] == "Failed"
     assert world.created == []
+
+
+# --- deadlines ---------------------------------------------------------------------------------------
+def test_stage_deadlines_reach_the_jobs_and_the_pytorchjob(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    spec = make_spec()
+    spec["regeneration"]["activeDeadlineSeconds"] = 7200
+    spec.setdefault("training", {})["activeDeadlineSeconds"] = 86400
+    world = training(sim, spec=spec)
+    assert world.manifests[("Job", "r1-regen")]["spec"]["activeDeadlineSeconds"] == 7200
+    assert "activeDeadlineSeconds" not in world.manifests[("Job", "r1-tokenize")]["spec"]
+    run_policy = world.manifests[("PyTorchJob", "r1-train")]["spec"]["runPolicy"]
+    assert run_policy["activeDeadlineSeconds"] == 86400
+
+
+def test_the_run_deadline_fails_the_run_naming_the_stage_and_stops_its_pods(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = sim(spec=make_spec(activeDeadlineSeconds=3600))
+    plan = world.step()
+    assert world.status["phase"] == "Regenerating"
+    assert plan.requeue_after is not None and 3590 < plan.requeue_after <= 3600
+    world.now += timedelta(seconds=3600)
+    world.step()
+    failed = world.condition("Failed")
+    assert world.status["phase"] == "Failed" and failed["reason"] == "DeadlineExceeded"
+    assert "activeDeadlineSeconds=3600" in failed["message"]
+    assert "in stage regen" in failed["message"]
+    assert world.actions[-1] == (DeleteChild("Job", "r1-regen"),)
+    assert ("Job", "r1-regen") not in world.children
+    assert world.step().actions == ()

@@ -63,6 +63,7 @@ NOT_IN_EVAL_YAML = {
     "enabled": "the pipeline (plan/stages.py)",
     "image": "the eval Job's image",
     "node_pool": "the eval Job's placement",
+    "active_deadline_seconds": "the eval Job's activeDeadlineSeconds",
 }
 
 
