@@ -142,8 +142,9 @@ def ngram_stats(
     if len(mixed):
         fingerprints[has] += np.add.reduceat(mixed, starts, dtype=np.uint64)
     repeats = np.zeros(rows, dtype=np.int64)
-    row_ids = np.repeat(np.arange(rows, dtype=np.uint32), per_row)
     window_ends = np.cumsum(per_row)
+    # One buffer for every block's keys, sorted in place (np.sort would copy each block).
+    buffer = np.empty(min(len(mixed), SORT_BLOCK + int(per_row.max(initial=0))), np.uint32)
     first = 0
     while first < rows:
         # Whole rows, about SORT_BLOCK keys (and at most MAX_ROWS_PER_SORT rows) per sort.
@@ -152,8 +153,10 @@ def ngram_stats(
         last = min(max(last, first + 1), first + MAX_ROWS_PER_SORT, rows)
         hi = int(window_ends[last - 1])
         if hi - lo >= 2:
-            local = row_ids[lo:hi] - np.uint32(first)
-            key = np.sort((mixed[lo:hi] & HASH_MASK) | local)
+            key = buffer[: hi - lo]
+            np.bitwise_and(mixed[lo:hi], HASH_MASK, out=key)
+            key |= np.repeat(np.arange(last - first, dtype=np.uint32), per_row[first:last])
+            key.sort()
             same = key[1:] == key[:-1]
             repeats[first:last] = np.bincount(key[1:][same] & ROW_MASK, minlength=last - first)
         first = last
