@@ -416,7 +416,12 @@ def bench_run(name: str) -> dict[str, Any]:
                     {"name": "chat", "uri": "s3://datasets/chat.jsonl", "format": "openai-messages"}
                 ]
             },
-            "regeneration": {"shards": 1, "nodePool": BENCH_POOL},
+            # No canary: the first child is the regeneration Job itself.
+            "regeneration": {
+                "shards": 1,
+                "nodePool": BENCH_POOL,
+                "canary": {"samplesPerSource": 0},
+            },
             "audit": {"nodePool": BENCH_POOL},
             "tokenization": {"nodePool": BENCH_POOL},
             "training": {"nodePool": BENCH_POOL},

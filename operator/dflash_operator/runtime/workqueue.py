@@ -1,6 +1,9 @@
 """A work queue of run keys with client-go's guarantees: a key waits at most once however often
 it is added, one key is never processed by two workers at once, a key added while being
-processed runs again afterwards, and failures come back with exponential backoff.
+processed runs again afterwards, failures come back with exponential backoff, and a key is
+scheduled for later at most once (the earliest time wins, as client-go's delaying queue does):
+a reconcile that asks to look again in 10 s, run every 5 s by the resync, must not pile up
+one more future reconcile each time.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._delayed: list[tuple[float, int, str]] = []
+        # key -> when it is due: one live entry per key in `_delayed` (others are stale).
+        self._waiting: dict[str, float] = {}
         self._sequence = 0
         self._failures: dict[str, int] = {}
         self._base = base_backoff
@@ -53,9 +58,13 @@ class WorkQueue:
         if delay <= 0:
             self.add(key)
             return
+        due = time.monotonic() + delay
         with self._lock:
+            if self._waiting.get(key, float("inf")) <= due:
+                return  # already due sooner
+            self._waiting[key] = due
             self._sequence += 1
-            heapq.heappush(self._delayed, (time.monotonic() + delay, self._sequence, key))
+            heapq.heappush(self._delayed, (due, self._sequence, key))
             self._lock.notify()
 
     def add_rate_limited(self, key: str, at_least: float = 0.0) -> float:
@@ -76,7 +85,10 @@ class WorkQueue:
     def _promote_due_locked(self) -> float | None:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
-            _due, _seq, key = heapq.heappop(self._delayed)
+            due, _seq, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) != due:
+                continue  # superseded by an earlier time
+            del self._waiting[key]
             self._add_locked(key)
         return self._delayed[0][0] - now if self._delayed else None
 

@@ -101,3 +101,18 @@ def test_a_reconcile_asking_to_retry_later_waits_that_long_not_the_backoffs_firs
     assert [controller.queue.add_rate_limited("ns/c", at_least=1.0) for _ in range(4)] == [
         1.0, 1.0, 2.0, 4.0,
     ]  # fmt: skip
+
+
+def test_a_key_scheduled_again_and_again_is_scheduled_once_at_its_earliest_time() -> None:
+    """A queued run asks to be looked at again in 10 s at every reconcile, and the resync runs
+    it every 5 s: without this, each reconcile would add one more future reconcile."""
+    queue = WorkQueue()
+    for delay in (0.3, 0.2, 0.25, 0.4):
+        queue.add_after("ns/a", delay)
+    assert len(queue._delayed) == 2  # 0.3, then the earlier 0.2 (0.25 and 0.4 are later)
+    time.sleep(0.35)
+    assert queue.get(0.1) == "ns/a"
+    queue.done("ns/a")
+    assert queue.get(0.2) is None  # the superseded 0.3 entry adds nothing
+    queue.add_after("ns/a", 0.01)
+    assert queue.get(0.5) == "ns/a"
