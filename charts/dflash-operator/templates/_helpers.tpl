@@ -74,10 +74,10 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create]
-# Events on runs (kubectl describe dfr).
+# Events on runs (kubectl describe dfr); a repeat patches the earlier one's count.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, patch]
 {{- end -}}
 
 {{/* The pools file the operator reads: nodePools plus defaults (empty defaults dropped). */}}

@@ -27,7 +27,7 @@ OPERATOR_RIGHTS = {
     "serviceaccounts": {"get", "create"},
     "roles.rbac.authorization.k8s.io": {"get", "create"},
     "rolebindings.rbac.authorization.k8s.io": {"get", "create"},
-    "events": {"create"},
+    "events": {"create", "patch"},
 }
 
 
