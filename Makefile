@@ -65,6 +65,9 @@ down: demo-down executor-down cluster-down s3-down ## stop everything (demo oper
 
 # ---------------------------------------------------------------- code
 .PHONY: crds
+regen-requirements: venv ## resolve images/regen/requirements.txt against the Dockerfile's vLLM and uv.lock
+	@$(PY) -m dflash_dev.regen_requirements
+
 crds: venv ## regenerate crds/ and docs/crd-reference.md from the pydantic models
 	@$(PY) -m dflash_operator.api.generate
 
