@@ -81,6 +81,13 @@ lint: venv ## ruff + mypy
 .PHONY: test
 test: venv binaries lint ## the whole suite: unit, integration (real control plane + S3), e2e
 	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-regen-pins
+
+.PHONY: test-regen-pins
+test-regen-pins: venv ## the data stages' unit tests with the regen image's versions (vLLM's transformers, numpy)
+	@with="$$($(PY) -m dflash_dev.regen_requirements --uv-with)"; \
+	$(UV) run --quiet $$with python -c 'import numpy, transformers; print(f"regen image versions: transformers {transformers.__version__}, numpy {numpy.__version__}")' && \
+	$(UV) run --quiet $$with python -m pytest -m unit tests/unit/data -q -p no:cacheprovider
 
 .PHONY: test-unit
 test-unit: venv ## unit tests only (no servers)

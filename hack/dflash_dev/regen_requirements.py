@@ -82,6 +82,18 @@ def lock_pins() -> dict[str, str]:
     return pins(exported)
 
 
+def moved_pins() -> list[str]:
+    """Pins of the trainer's direct dependencies that the regen image holds at another version
+    than uv.lock (torch aside: the CPU test environment keeps the lock's)."""
+    names = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower() for req in trainer_requirements()}
+    locked = lock_pins()
+    image = pins(REQUIREMENTS.read_text())
+    return sorted(
+        image[name] for name in names - {"torch"}
+        if name in image and image[name] != locked.get(name)
+    )  # fmt: skip
+
+
 def resolve(out: Path, previous: str | None) -> str:
     """Resolve the trainer's dependencies with vllm==<the Dockerfile's>, into `out`."""
     version = vllm_version()
@@ -106,7 +118,15 @@ def resolve(out: Path, previous: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_dev.regen_requirements")
     parser.add_argument("--check", action="store_true", help="fail if the file is not current")
+    parser.add_argument(
+        "--uv-with", action="store_true",
+        help="print `--with name==version` for each pin that differs from uv.lock (torch's "
+        "stack aside): the regen image's versions of the trainer's own dependencies",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.uv_with:
+        print(" ".join(f"--with {pin}" for pin in moved_pins()))
+        return 0
     current = REQUIREMENTS.read_text() if REQUIREMENTS.exists() else None
     try:
         if not args.check:
