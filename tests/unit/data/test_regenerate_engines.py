@@ -13,6 +13,7 @@ from dflash_trainer.data.regenerate.engine import (
 )
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
 from dflash_trainer.data.regenerate.vllm_engine import (
+    FailedRequestError,
     VllmSettings,
     build_llm_kwargs,
     build_sampling_kwargs,
@@ -57,9 +58,10 @@ def test_sampling_arguments_carry_the_spec_a_stop_id_and_a_per_request_seed() ->
 
 
 @pytest.mark.parametrize(
-    ("reason", "expected"), [("stop", "stop"), ("length", "length"), ("abort", "length")]
+    ("reason", "expected"),
+    [("stop", "stop"), ("length", "length"), ("repetition", "repetition")],
 )
-def test_request_outputs_become_generations_with_stop_or_length(reason: str, expected: str) -> None:
+def test_request_outputs_keep_the_engines_exact_finish_reason(reason: str, expected: str) -> None:
     out = parse_request_output(
         FakeRequestOutput([FakeCompletion("<think>\nR\n</think>\n\nA", [1, 2, 3], reason)])
     )
@@ -68,6 +70,14 @@ def test_request_outputs_become_generations_with_stop_or_length(reason: str, exp
         [1, 2, 3],
         expected,
     )
+
+
+@pytest.mark.parametrize("reason", ["abort", "error", None, "cancelled"])
+def test_a_failed_or_unknown_finish_reason_fails_the_request_never_passes_for_a_cut(
+    reason: str | None,
+) -> None:
+    with pytest.raises(FailedRequestError, match=f"finish_reason {reason!r}"):
+        parse_request_output(FakeRequestOutput([FakeCompletion("A", [1], reason)]))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.tokenize.cli import main as tokenize_main
-from dflash_trainer.data.tokenize.core import RowTokenizer, TokenizeSettings
+from dflash_trainer.data.tokenize.core import RowTokenizer, TokenizeSettings, cut_kind
 from dflash_trainer.tiny.build import TinyTarget, build_tiny_target
 from transformers import PreTrainedTokenizerFast
 
@@ -128,3 +128,17 @@ def test_the_stage_exits_2_naming_the_rows_a_template_cannot_mask_unless_tolerat
     manifest = json.loads((run_root / "tokenized" / "_SUCCESS.json").read_text())
     assert manifest["templateMismatches"] == {"dropped_answer": 1}
     assert manifest["tokenizer"]["thinkEndId"] == tiny35.think_end_id
+
+
+@pytest.mark.parametrize(
+    ("finish", "count", "expected"),
+    [("stop", 4096, None), ("length", 10, "reported"), ("repetition", 900, "reported"),
+     (None, 4096, "probable"), (None, 4095, None)],
+)  # fmt: skip
+def test_answers_the_engine_cut_follow_the_truncation_policy_whatever_cut_them(
+    finish: str | None, count: int, expected: str | None
+) -> None:
+    """vLLM's `repetition` (its loop detector stopped the answer) is a cut answer like
+    `length`: no end of turn was generated, so it is dropped or kept unterminated."""
+    row = {"finish_reason": finish, "num_output_tokens": count}
+    assert cut_kind(row, max_new_tokens=4096) == expected

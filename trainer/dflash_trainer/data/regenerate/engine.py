@@ -14,6 +14,16 @@ from dflash_trainer.data.formats import THINK_START, split_thinking
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+# vLLM's other finish reasons (vllm.v1.engine.FinishReason). `repetition`: its repetition
+# detection cut a looping answer (an answer cut short, like `length`); `abort` and `error`: the
+# request failed, and the shard fails with it (retried by its Job) instead of keeping a row.
+FINISH_REPETITION = "repetition"
+FINISH_ABORT = "abort"
+FINISH_ERROR = "error"
+# Reasons of an answer that did not reach its end of turn (tokenization's truncation policy).
+CUT_REASONS = frozenset({FINISH_LENGTH, FINISH_REPETITION})
+FAILED_REASONS = frozenset({FINISH_ABORT, FINISH_ERROR})
+KNOWN_REASONS = frozenset({FINISH_STOP}) | CUT_REASONS | FAILED_REASONS
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class SamplingSpec:
 class Generation:
     token_ids: list[int]  # everything generated, including the end-of-turn token if emitted
     text: str  # decoded without special tokens (so without the end-of-turn token)
-    finish_reason: str  # "stop" (end of turn) or "length" (hit max_tokens)
+    finish_reason: str  # the engine's own reason: "stop" (end of turn), "length", "repetition"
 
 
 class Engine(Protocol):

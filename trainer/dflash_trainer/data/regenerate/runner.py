@@ -16,7 +16,7 @@ import pyarrow as pa
 from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.records import Message, PromptRecord
 from dflash_trainer.data.regenerate.engine import (
-    FINISH_LENGTH,
+    CUT_REASONS,
     Engine,
     is_prompt_opening_think,
     split_generation,
@@ -260,7 +260,7 @@ class ShardRunner:
                 if reasoning is not None:
                     answer["reasoning_content"] = reasoning
                 s.history = [*prompt, answer]
-                if out.finish_reason == FINISH_LENGTH:
+                if out.finish_reason in CUT_REASONS:
                     self.counts.truncated += 1
                     s.alive = False  # later turns would build on a cut-off answer
             turn += 1

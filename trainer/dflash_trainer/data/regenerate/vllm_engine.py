@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_trainer.data.regenerate.engine import (
-    FINISH_LENGTH,
-    FINISH_STOP,
+    FAILED_REASONS,
+    KNOWN_REASONS,
     Generation,
     SamplingSpec,
     request_seed,
@@ -106,15 +106,25 @@ def build_sampling_kwargs(sampling: SamplingSpec, eot_id: int, request_id: str) 
     return kwargs
 
 
+class FailedRequestError(RuntimeError):
+    """vLLM ended a request with `abort` or `error`: the shard fails (its Job retries it)."""
+
+
 def parse_request_output(output: Any) -> Generation:
-    """A vLLM `RequestOutput` (first completion) as a Generation."""
+    """A vLLM `RequestOutput` (first completion) as a Generation, its finish reason kept
+    exactly: `stop`, `length`, `repetition`; `abort` / `error` (or an unknown or missing
+    reason) fail the request instead of passing for a finished or a cut answer."""
     completion = output.outputs[0]
     reason = completion.finish_reason
-    finish = FINISH_STOP if reason == FINISH_STOP else FINISH_LENGTH
+    if reason in FAILED_REASONS or reason not in KNOWN_REASONS:
+        raise FailedRequestError(
+            f"vLLM request {getattr(output, 'request_id', '?')} ended with finish_reason "
+            f"{reason!r} (accepted: {', '.join(sorted(KNOWN_REASONS - FAILED_REASONS))})"
+        )
     return Generation(
         token_ids=[int(t) for t in completion.token_ids],
         text=str(completion.text),
-        finish_reason=finish,
+        finish_reason=str(reason),
     )
 
 

@@ -32,6 +32,8 @@ from dflash_trainer.data.loss_mask import (
 
 MAX_MISMATCH_EXAMPLES = 5
 FINISH_LENGTH = "length"
+# vLLM's repetition detection cut a looping answer: also an answer without its end of turn.
+FINISH_REPETITION = "repetition"
 TRUNCATED_POLICIES = ("drop", "keep")
 TOKENIZED_SCHEMA = pa.schema(
     [
@@ -112,7 +114,7 @@ def cut_kind(row: dict[str, Any], max_new_tokens: int | None) -> str | None:
     """ "reported" when the engine said the answer was cut, "probable" when a row without a
     finish_reason reached the generation limit, None otherwise."""
     finish = row.get("finish_reason")
-    if finish == FINISH_LENGTH:
+    if finish in (FINISH_LENGTH, FINISH_REPETITION):
         return "reported"
     count = row.get("num_output_tokens")
     if not finish and max_new_tokens and isinstance(count, int) and count >= max_new_tokens:
