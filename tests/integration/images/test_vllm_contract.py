@@ -1,0 +1,58 @@
+"""The regeneration engine against the real `vllm` wheel of the regen image's version, imported
+on CPU in its own cached environment (dflash_dev.vllm_env): `LLM(...)` arguments,
+`SamplingParams` fields, the `generate` input form, and `RequestOutput` / `CompletionOutput`
+with every finish reason vLLM has."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from dflash_dev import vllm_env
+from dflash_dev.paths import REPO_ROOT
+from dflash_dev.regen_requirements import vllm_version
+
+PROBE = Path(__file__).with_name("vllm_probe.py")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, object]:
+    python = vllm_env.ensure()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "trainer"), "VLLM_LOGGING_LEVEL": "ERROR"}
+    result = subprocess.run(
+        [str(python), str(PROBE)], capture_output=True, text=True, check=False, env=env,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_it_is_the_regen_images_vllm(report: dict[str, object]) -> None:
+    assert report["vllm"] == vllm_version()
+
+
+def test_every_llm_argument_is_one_vllm_accepts(report: dict[str, object]) -> None:
+    assert report["unknown_llm_kwargs"] == []
+    assert {"model", "tensor_parallel_size", "seed", "enable_prefix_caching"} <= set(
+        report["llm_kwargs"]  # type: ignore[arg-type]
+    )
+
+
+def test_sampling_params_take_every_field_as_given(report: dict[str, object]) -> None:
+    assert report["sampling_mismatches"] == []
+
+
+def test_generate_takes_token_prompts_and_per_request_params(report: dict[str, object]) -> None:
+    assert report["generate_missing"] == []
+    assert report["tokens_prompt_has_ids"] is True
+
+
+def test_every_vllm_finish_reason_is_mapped_exactly(report: dict[str, object]) -> None:
+    assert report["vllm_finish_reasons"] == report["known_reasons"]
+    assert report["parsed"] == {
+        "stop": "stop", "length": "length", "repetition": "repetition",
+        "abort": "failed", "error": "failed",
+    }  # fmt: skip

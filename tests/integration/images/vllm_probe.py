@@ -1,0 +1,85 @@
+"""Run by the vLLM environment's python (not by pytest): checks the regeneration engine's calls
+against the real vLLM API and prints what it found as JSON. PYTHONPATH holds trainer/ only."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import typing
+
+import vllm
+from dflash_trainer.data.regenerate.engine import KNOWN_REASONS, SamplingSpec
+from dflash_trainer.data.regenerate.vllm_engine import (
+    FailedRequestError,
+    VllmSettings,
+    build_llm_kwargs,
+    build_sampling_kwargs,
+    parse_request_output,
+)
+from vllm import LLM, SamplingParams
+from vllm.engine.arg_utils import EngineArgs
+from vllm.inputs import TokensPrompt
+from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.v1.engine import FinishReason
+
+report: dict[str, typing.Any] = {"vllm": vllm.__version__}
+
+# LLM(...): every keyword is a parameter of LLM.__init__ or, through its **kwargs, EngineArgs.
+init = inspect.signature(LLM.__init__).parameters
+takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in init.values())
+engine_fields = {f.name for f in dataclasses.fields(EngineArgs)}
+settings = VllmSettings(model="/models/target", max_model_len=8192, revision="0123abc")
+llm_kwargs = build_llm_kwargs(settings, seed=7)
+report["llm_kwargs"] = sorted(llm_kwargs)
+report["unknown_llm_kwargs"] = sorted(
+    k for k in llm_kwargs if k not in init and not (takes_kwargs and k in engine_fields)
+)
+
+# SamplingParams(...): built for real, and every value read back.
+sampling_kwargs = build_sampling_kwargs(SamplingSpec(top_k=20, max_tokens=4096), 151645, "r-1")
+params = SamplingParams(**sampling_kwargs)
+report["sampling_mismatches"] = sorted(
+    k for k, v in sampling_kwargs.items() if getattr(params, k) != v
+)
+
+# generate(prompts, sampling_params, use_tqdm=...), prompts as TokensPrompt dicts.
+generate = inspect.signature(LLM.generate).parameters
+report["generate_missing"] = [
+    n for n in ("prompts", "sampling_params", "use_tqdm") if n not in generate
+]
+report["tokens_prompt_has_ids"] = "prompt_token_ids" in typing.get_type_hints(TokensPrompt)
+
+
+# RequestOutput / CompletionOutput: the attributes parse_request_output reads, per reason.
+def output(reason: str | None) -> RequestOutput:
+    completion = CompletionOutput(
+        index=0,
+        text="<think>\nR\n</think>\n\nA",
+        token_ids=[11, 12, 151645],
+        cumulative_logprob=None,
+        logprobs=None,
+        finish_reason=reason,
+    )
+    return RequestOutput(
+        request_id="r-1",
+        prompt=None,
+        prompt_token_ids=[1, 2],
+        prompt_logprobs=None,
+        outputs=[completion],
+        finished=True,
+    )
+
+
+parsed: dict[str, str] = {}
+for reason in [str(r) for r in FinishReason]:
+    try:
+        got = parse_request_output(output(reason))
+        parsed[reason] = got.finish_reason
+        assert got.token_ids == [11, 12, 151645] and got.text.endswith("A")
+    except FailedRequestError:
+        parsed[reason] = "failed"
+report["vllm_finish_reasons"] = sorted(str(r) for r in FinishReason)
+report["known_reasons"] = sorted(KNOWN_REASONS)
+report["parsed"] = parsed
+print(json.dumps(report))
