@@ -204,6 +204,21 @@ ExtraEngineArgs = Annotated[
         ),
     ),
     Rule(
+        rule="!self.exists(k, k.startsWith('data-parallel'))",
+        message=(
+            "data-parallel-* is not accepted: each regeneration pod runs one vLLM engine; "
+            "scale out with spec.regeneration.shards (one pod per shard) and within a pod "
+            "with spec.regeneration.tensorParallel"
+        ),
+        check=lambda args: not any(key.startswith("data-parallel") for key in args),
+        describe=lambda args: (
+            ", ".join(k for k in args if k.startswith("data-parallel"))
+            + " not accepted: each regeneration pod runs one vLLM engine; scale out with "
+            "spec.regeneration.shards (one pod per shard) and within a pod with "
+            "spec.regeneration.tensorParallel"
+        ),
+    ),
+    Rule(
         rule=f"!self.exists(k, k in {_RESERVED_CEL})",
         message=(
             "keys set by the operator are not accepted here: "

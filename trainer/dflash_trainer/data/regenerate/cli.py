@@ -79,7 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, help="engine context (default: the model config's)")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--max-num-seqs", type=int, default=512)
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="vLLM's max_num_seqs; unset: vLLM's own choice for the GPU",
+    )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--enforce-eager", action="store_true", help="vllm: skip CUDA graph capture")
     p.add_argument(

@@ -17,9 +17,6 @@ from dflash_trainer.data.regenerate.engine import (
     request_seed,
 )
 
-# vLLM schedules up to this many sequences per step; offline batch generation of short prompts
-# with long answers is throughput-bound, so keep many in flight (vLLM's own default is 256).
-DEFAULT_MAX_NUM_SEQS = 512
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 
 
@@ -29,7 +26,8 @@ class VllmSettings:
     tensor_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    # Unset: vLLM's own choice for the GPU (vllm 0.33 picks 1024 on a B200).
+    max_num_seqs: int | None = None
     dtype: str = "auto"
     enforce_eager: bool = False
     revision: str | None = None
@@ -68,7 +66,6 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
         "tokenizer": settings.model,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
-        "max_num_seqs": settings.max_num_seqs,
         "dtype": settings.dtype,
         "seed": seed,
         # Many prompts share a system prompt or few-shot prefix; prefix caching makes them free.
@@ -76,6 +73,8 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
         "trust_remote_code": False,
         "enforce_eager": settings.enforce_eager,
     }
+    if settings.max_num_seqs:
+        kwargs["max_num_seqs"] = settings.max_num_seqs
     if settings.max_model_len:
         kwargs["max_model_len"] = settings.max_model_len
     if settings.revision:
