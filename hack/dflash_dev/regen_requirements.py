@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,9 +65,14 @@ def pins(text: str) -> dict[str, str]:
     return found
 
 
+def uv_binary() -> str:
+    """uv on PATH, else where `make venv` installs it (the Makefile's UV)."""
+    return shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
+
+
 def _uv(*args: str) -> str:
     result = subprocess.run(
-        ["uv", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        [uv_binary(), *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise DevError(f"uv {' '.join(args[:2])} failed:\n{result.stderr.strip()}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import DevError
 from .paths import cache_root
-from .regen_requirements import vllm_version
+from .regen_requirements import uv_binary, vllm_version
 
 COMPLETE = ".dflash-complete"
 
@@ -25,7 +25,7 @@ def ensure(version: str | None = None) -> Path:
     if (root / COMPLETE).exists() and python.exists():
         return python
     shutil.rmtree(root, ignore_errors=True)
-    uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
+    uv = uv_binary()
     steps = [
         [uv, "venv", "--quiet", "--python", sys.executable, str(root)],
         [uv, "pip", "install", "--quiet", "--python", str(python), f"vllm=={version}"],

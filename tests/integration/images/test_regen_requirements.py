@@ -16,7 +16,7 @@ def compile_with_vllm(requirements: Path, tmp_path: Path) -> subprocess.Complete
     inputs = tmp_path / "check.in"
     inputs.write_text(f"-r {requirements}\nvllm=={rr.vllm_version()}\n")
     return subprocess.run(
-        ["uv", "pip", "compile", str(inputs), "--python-version", rr.PYTHON_VERSION,
+        [rr.uv_binary(), "pip", "compile", str(inputs), "--python-version", rr.PYTHON_VERSION,
          "--python-platform", rr.PLATFORM, "--exclude-newer", rr.EXCLUDE_NEWER,
          "--output-file", str(tmp_path / "out.txt"), "--quiet"],
         capture_output=True, text=True, check=False, cwd=REPO_ROOT,
