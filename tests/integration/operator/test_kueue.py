@@ -60,7 +60,8 @@ def to_training(harness: Any, make_spec: Any, name: str, **extra: Any) -> None:
         data={
             "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
         },
-        training={"nodes": 1, "gpusPerNode": 4, "maxRestarts": 1},
+        # 2 pods x 2 GPUs: one node's quota, admitted by Kueue as one gang (all pods or none)
+        training={"nodes": 2, "gpusPerNode": 2, "maxRestarts": 1},
         evaluation={"enabled": False},
     )
     harness.apply_run(name, spec)
@@ -79,6 +80,17 @@ def pytorchjob(harness: Any, name: str) -> dict[str, Any]:
     )
 
 
+def finish_training(harness: Any, job: str) -> None:
+    """The master ends with the trainer's result; the PyTorchJob succeeds with it (and its
+    cleanPodPolicy removes the worker)."""
+    pods = harness.running_pods(job, 2)
+    master = next(
+        p for p in pods
+        if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "master"
+    )  # fmt: skip
+    harness.finish_pod(master, harness.stage_results["train"])
+
+
 def admitted(harness: Any, run: str) -> dict[str, Any] | None:
     return harness.condition(run, "Admitted")
 
@@ -88,7 +100,7 @@ def test_two_runs_compete_for_one_nodes_quota_and_the_waiting_one_is_never_writt
 ) -> None:
     harness.start_operator()
     to_training(harness, make_spec, "r1")
-    harness.running_pods("r1-train", 1)  # admitted at once: the quota was free
+    harness.running_pods("r1-train", 2)  # admitted at once, both pods: the quota was free
     wait_for("r1 admitted", lambda: (admitted(harness, "r1") or {}).get("status") == "True")
     assert f"ClusterQueue {queue}" in admitted(harness, "r1")["message"]
 
@@ -122,9 +134,9 @@ def test_two_runs_compete_for_one_nodes_quota_and_the_waiting_one_is_never_writt
     assert not harness.pods_of("r2-train")
 
     # r1 finishes: Kueue releases its quota and admits r2 (all its pods at once).
-    harness.finish("r1-train", harness.stage_results["train"])
+    finish_training(harness, "r1-train")
     harness.wait_phase("r1", "Succeeded")
-    harness.running_pods("r2-train", 1, timeout=90)
+    harness.running_pods("r2-train", 2, timeout=90)  # the whole gang
     wait_for("r2 admitted", lambda: (admitted(harness, "r2") or {}).get("status") == "True")
     assert harness.status("r2")["progress"] != "train queued"
 
@@ -134,7 +146,7 @@ def test_suspending_an_admitted_run_deactivates_its_workload_and_resume_readmits
 ) -> None:
     harness.start_operator()
     to_training(harness, make_spec, "r1")
-    harness.running_pods("r1-train", 1)
+    harness.running_pods("r1-train", 2)
     uid = pytorchjob(harness, "r1-train")["metadata"]["uid"]
 
     def workload() -> dict[str, Any]:
@@ -156,7 +168,7 @@ def test_suspending_an_admitted_run_deactivates_its_workload_and_resume_readmits
 
     harness.patch_spec("r1", {"suspend": False})
     wait_for("the Workload to be active", lambda: workload()["spec"].get("active") is not False)
-    harness.running_pods("r1-train", 1, timeout=90)
+    harness.running_pods("r1-train", 2, timeout=90)
     harness.wait_phase("r1", "Training")
     assert pytorchjob(harness, "r1-train")["metadata"]["uid"] == uid  # the same job resumed
     assert json.dumps(admitted(harness, "r1")).count("Admitted") >= 1
@@ -176,11 +188,11 @@ def test_a_higher_priority_run_preempts_and_the_preempted_training_resumes_the_s
     harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
     harness.start_operator()
     to_training(harness, make_spec, "low", priorityClassName="dflash-test-low")
-    harness.running_pods("low-train", 1)
+    harness.running_pods("low-train", 2)
     uid = pytorchjob(harness, "low-train")["metadata"]["uid"]
 
     to_training(harness, make_spec, "high", priorityClassName="dflash-test-high")
-    harness.running_pods("high-train", 1, timeout=90)  # Kueue evicted "low" to admit it
+    harness.running_pods("high-train", 2, timeout=90)  # Kueue evicted "low" to admit it
 
     def preempted() -> dict[str, Any] | None:
         condition = admitted(harness, "low") or {}
@@ -192,8 +204,8 @@ def test_a_higher_priority_run_preempts_and_the_preempted_training_resumes_the_s
     wait_for("low's pods to go", lambda: not harness.pods_of("low-train"))
     assert harness.status("low")["phase"] == "Training"  # waiting, not failed
 
-    harness.finish("high-train", harness.stage_results["train"])
+    finish_training(harness, "high-train")
     harness.wait_phase("high", "Succeeded")
-    harness.running_pods("low-train", 1, timeout=90)  # readmitted: the same job resumes
+    harness.running_pods("low-train", 2, timeout=90)  # readmitted: the same job resumes
     assert pytorchjob(harness, "low-train")["metadata"]["uid"] == uid
     wait_for("low admitted again", lambda: (admitted(harness, "low") or {}).get("status") == "True")
