@@ -24,6 +24,7 @@ import yaml
 from . import binaries, kueue, procs
 from .certs import ensure_pki
 from .errors import DevError
+from .kube_wait import local_readyz
 from .nodes import build_nodes
 from .paths import REPO_ROOT, state_root
 from .ports import free_ports
@@ -398,13 +399,11 @@ def up() -> ClusterInfo:
         everything,
         60,
     )
-    _wait(
-        "the training-operator", lambda: _training_operator_ready(ports["to-probe"]), everything, 60
-    )
+    _wait("the training-operator", lambda: local_readyz(ports["to-probe"]), everything, 60)
 
     # Kueue's webhooks go in once it serves them (failurePolicy Fail: registered earlier, they
     # would refuse Jobs while it starts).
-    _wait("Kueue", lambda: kueue.ready(ports["kueue-probe"]), everything, 90)
+    _wait("Kueue", lambda: local_readyz(ports["kueue-probe"]), everything, 90)
     ca_bundle = (pki / "ca.crt").read_bytes()
     configurations = kueue.webhook_configurations(ca_bundle, ports["kueue-webhook"])
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
@@ -478,14 +477,6 @@ def _install_webhook_certs() -> bool:
         tmp.write_bytes(base64.b64decode(data[name]))
         tmp.replace(target)
     return True
-
-
-def _training_operator_ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def down() -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -31,3 +33,12 @@ def wait_for(what: str, check: Callable[[], T], timeout: float = DEFAULT_TIMEOUT
 def get_json(cluster: Kubectl, *args: str) -> Any:
     """`kubectl get <args> -o json`, parsed."""
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def local_readyz(port: int) -> bool:
+    """A controller's health probe on loopback answers 200 at /readyz."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -14,8 +14,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -129,11 +127,3 @@ def webhook_configurations(ca_bundle: bytes, port: int) -> list[dict[str, Any]]:
         doc["webhooks"] = webhooks
         out.append(doc)
     return out
-
-
-def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
