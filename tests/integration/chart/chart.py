@@ -191,6 +191,11 @@ class Release:
 
     def start_operator(self, harness: Any) -> Any:
         env = {k: v for k, v in self.operator_env().items() if k not in POD_ONLY_ENV}
+        # The downward API's values (fieldRef), as the kubelet would fill them in: leader
+        # election takes the release's Lease in the release's namespace, with its RBAC.
+        if "POD_NAMESPACE" in env:
+            env["POD_NAMESPACE"] = self.namespace
+            env["POD_NAME"] = f"{self.name}-{len(harness.operators)}"
         watched = env.pop("DFLASH_NAMESPACES")
         # On the shared cluster a cluster-wide operator would act on other tests' runs: it
         # watches only the test's namespace (the RBAC is still the cluster-wide ClusterRole).
