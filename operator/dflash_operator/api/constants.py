@@ -194,6 +194,7 @@ class Reason(StrEnum):
     STAGE_FAILED = "StageFailed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     RETRY_REQUESTED = "RetryRequested"
+    SPEC_CHANGED = "SpecChanged"
     CHILD_LOST = "ChildLost"
     CHILD_CREATE_FAILED = "ChildCreateFailed"
     AUDIT_PENDING = "AuditPending"
@@ -236,6 +237,10 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.RETRY_REQUESTED: (
         "Retry of {stage} requested by annotation " + ANNOTATION_RETRY + "={token}; "
         "starting attempt {attempt}"
+    ),
+    Reason.SPEC_CHANGED: (
+        "{stage} restarts as attempt {attempt} to apply the edit of {fields} "
+        "(generation {generation}); {kept}"
     ),
     Reason.CHILD_LOST: "{kind} {name} disappeared before it finished; recreating it",
     Reason.CHILD_CREATE_FAILED: "Could not create {kind} {name}: {error}",

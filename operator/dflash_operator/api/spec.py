@@ -19,6 +19,7 @@ from dflash_operator.api.base import (
     immutable,
     nested,
 )
+from dflash_operator.api.constants import Stage
 from dflash_operator.api.spec_audit import AuditSpec
 from dflash_operator.api.spec_data import (
     DataSpec,
@@ -29,6 +30,18 @@ from dflash_operator.api.spec_data import (
 from dflash_operator.api.spec_model import DrafterSpec, TargetSpec
 from dflash_operator.api.spec_storage import StorageSpec
 from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
+
+# The spec section each pipeline stage is configured by (its image, pool, deadline, ...).
+STAGE_SECTIONS: dict[Stage, str] = {
+    Stage.CANARY: "regeneration",
+    Stage.REGEN: "regeneration",
+    Stage.AUDIT_CANARY: "audit",
+    Stage.AUDIT_COMPLETIONS: "audit",
+    Stage.AUDIT_TOKENS: "audit",
+    Stage.TOKENIZE: "tokenization",
+    Stage.TRAIN: "training",
+    Stage.EVAL: "evaluation",
+}
 
 # 30 days: the longest a finished run's children may linger before cleanup.
 MAX_TTL_SECONDS = 30 * 24 * 3600
@@ -140,3 +153,8 @@ class DFlashRunSpec(ApiModel):
     priority_class_name: DnsSubdomain | None = Field(
         default=None, description="PriorityClass of the run's pods. Unset: the cluster default."
     )
+
+    def section_of(self, stage: Stage) -> ApiModel | None:
+        """The section that configures `stage` (None for cleanup and prune Jobs)."""
+        name = STAGE_SECTIONS.get(stage)
+        return getattr(self, name) if name is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflash_operator.api.constants import LABEL_RUN_UID, Gate, Stage
+from dflash_operator.api.constants import Gate, Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.children import commands
@@ -141,8 +141,7 @@ def build_cleanup_job(
         spec["ttlSecondsAfterFinished"] = CLEANUP_JOB_TTL_SECONDS
     job = _job(ctx, name, container, spec, False)
     if policy == CleanupPolicy.DELETE:
-        # Outlives its run: the run's UID says whose root it deletes (a run re-created under the
-        # same name must never take an earlier run's cleanup for its own).
+        # Outlives its run: its run-uid label (every child has one) says whose root it deletes
+        # (a run re-created under the same name must never take an earlier run's cleanup).
         del job["metadata"]["ownerReferences"]
-        job["metadata"]["labels"][LABEL_RUN_UID] = ctx.run.uid
     return job

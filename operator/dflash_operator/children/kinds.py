@@ -15,10 +15,11 @@ from dflash_operator.api.constants import (
     KUEUE_JOB_UID_LABEL,
     KUEUE_QUEUE_LABEL,
     LABEL_ATTEMPT,
+    LABEL_RUN_UID,
     LABEL_STAGE,
     Stage,
 )
-from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH
+from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, ANNOTATION_SPEC_INPUTS
 from dflash_operator.plan.observed import (
     RUNNING,
     ChildView,
@@ -58,6 +59,10 @@ class ChildKind(Protocol):
 
     def is_suspended(self, body: Body) -> bool: ...
 
+    def active_deadline(self, body: Body) -> int | None: ...
+
+    def control_patch(self, **fields: Any) -> dict[str, Any]: ...
+
     def suspend_patch(self, suspend: bool) -> dict[str, Any]: ...
 
 
@@ -79,10 +84,35 @@ class _Kind:
     group: ClassVar[str]
     version: ClassVar[str]
     plural: ClassVar[str]
+    # Where `suspend` and `activeDeadlineSeconds` live in the object.
+    control_path: ClassVar[tuple[str, ...]] = ("spec",)
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    def _control(self, body: Body) -> Mapping[str, Any]:
+        block: Mapping[str, Any] = body
+        for key in self.control_path:
+            block = block.get(key) or {}
+        return block
+
+    def is_suspended(self, body: Body) -> bool:
+        return bool(self._control(body).get("suspend"))
+
+    def active_deadline(self, body: Body) -> int | None:
+        seconds = self._control(body).get("activeDeadlineSeconds")
+        return int(seconds) if seconds is not None else None
+
+    def control_patch(self, **fields: Any) -> dict[str, Any]:
+        """A merge patch of `suspend` / `activeDeadlineSeconds` (None removes a field)."""
+        patch: dict[str, Any] = dict(fields)
+        for key in reversed(self.control_path):
+            patch = {key: patch}
+        return patch
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return self.control_patch(suspend=suspend)
 
 
 class JobKind(_Kind):
@@ -101,12 +131,6 @@ class JobKind(_Kind):
             return Finished(True, False, _describe(conditions["Failed"], "the Job failed"))
         return RUNNING
 
-    def is_suspended(self, body: Body) -> bool:
-        return bool((body.get("spec") or {}).get("suspend"))
-
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
-
 
 class PyTorchJobKind(_Kind):
     """`kubeflow.org/v1` PyTorchJob: Succeeded / Failed conditions, `runPolicy.suspend`."""
@@ -115,6 +139,7 @@ class PyTorchJobKind(_Kind):
     group = "kubeflow.org"
     version = "v1"
     plural = "pytorchjobs"
+    control_path = ("spec", "runPolicy")
 
     def finished(self, body: Body) -> Finished:
         conditions = _conditions(body)
@@ -123,12 +148,6 @@ class PyTorchJobKind(_Kind):
         if "Failed" in conditions:
             return Finished(True, False, _describe(conditions["Failed"], "the PyTorchJob failed"))
         return RUNNING
-
-    def is_suspended(self, body: Body) -> bool:
-        return bool(((body.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
-
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"runPolicy": {"suspend": suspend}}}
 
 
 class ConfigMapKind(_Kind):
@@ -145,8 +164,11 @@ class ConfigMapKind(_Kind):
     def is_suspended(self, body: Body) -> bool:
         return False
 
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        raise TypeError("a ConfigMap cannot be suspended")
+    def active_deadline(self, body: Body) -> int | None:
+        return None
+
+    def control_patch(self, **fields: Any) -> dict[str, Any]:
+        raise TypeError("a ConfigMap cannot be suspended or given a deadline")
 
 
 JOB = JobKind()
@@ -198,6 +220,8 @@ def summarize_child(body: Body) -> ChildView | None:
         failed=int(status.get("failed") or sum(r.get("failed") or 0 for r in replicas)),
         failed_indexes=status.get("failedIndexes") or None,
         config_hash=(meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH),
+        spec_inputs=(meta.get("annotations") or {}).get(ANNOTATION_SPEC_INPUTS),
+        active_deadline_seconds=child_kind.active_deadline(body),
         deleting=bool(meta.get("deletionTimestamp")),
         queue=labels.get(KUEUE_QUEUE_LABEL) or None,
     )
@@ -287,6 +311,7 @@ def summarize_pod(body: Body) -> PodView | None:
         uid=str(meta.get("uid")),
         owner_name=str(owner),
         owner_uid=controller_uid(meta),
+        run_uid=labels.get(LABEL_RUN_UID) or None,
         stage=_stage(labels),
         attempt=_attempt(labels),
         index=int(index) if index is not None and index.isdigit() else None,

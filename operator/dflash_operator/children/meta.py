@@ -13,6 +13,7 @@ from dflash_operator.api.constants import (
     LABEL_ATTEMPT,
     LABEL_MANAGED_BY,
     LABEL_RUN,
+    LABEL_RUN_UID,
     LABEL_STAGE,
     MANAGED_BY,
     Stage,
@@ -22,6 +23,9 @@ from dflash_operator.api.spec_storage import StorageSpec
 
 # Operator-internal annotation: the hash of the rendered config files in `<run>-config`.
 ANNOTATION_CONFIG_HASH = "dflash.dev/config-hash"
+# Operator-internal annotation on a stage's Job / PyTorchJob: what it was rendered from, as
+# `<part>:<hash>` pairs (plan/stage_inputs.py); a running child whose inputs changed restarts.
+ANNOTATION_SPEC_INPUTS = "dflash.dev/spec-inputs"
 # The server-side label selector of every watch on children (kopf settings.watching).
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -44,8 +48,12 @@ class RunRef:
 
 
 def build_child_labels(run: RunRef, stage: Stage, attempt: int | None = None) -> dict[str, str]:
-    """Labels on a child and its pods: how the operator finds them again."""
+    """Labels on a child and its pods: how the operator finds them again. The run's UID tells
+    this run's pods from a namesake's even once their Job is gone (and with it the owner
+    UID that otherwise ties a pod to the run)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_RUN: run.name, LABEL_STAGE: stage.value}
+    if run.uid:
+        labels[LABEL_RUN_UID] = run.uid
     if attempt is not None:
         labels[LABEL_ATTEMPT] = str(attempt)
     return labels

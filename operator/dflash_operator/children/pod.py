@@ -63,14 +63,7 @@ class PodContext:
     @property
     def active_deadline_seconds(self) -> int | None:
         """The stage's deadline from the spec (None: no limit; cleanup Jobs have none)."""
-        spec, stage = self.spec, self.stage
-        by_stage = {
-            Stage.CANARY: spec.regeneration, Stage.REGEN: spec.regeneration,
-            Stage.AUDIT_CANARY: spec.audit, Stage.AUDIT_COMPLETIONS: spec.audit,
-            Stage.AUDIT_TOKENS: spec.audit, Stage.TOKENIZE: spec.tokenization,
-            Stage.TRAIN: spec.training, Stage.EVAL: spec.evaluation,
-        }  # fmt: skip
-        section = by_stage.get(stage)
+        section = self.spec.section_of(self.stage)
         seconds = getattr(section, "active_deadline_seconds", None)
         return int(seconds) if seconds is not None else None
 

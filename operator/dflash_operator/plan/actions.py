@@ -53,6 +53,15 @@ class SetSuspend:
 
 
 @dataclass(frozen=True)
+class SetDeadline:
+    """Set (or, with None, remove) a running Job / PyTorchJob's activeDeadlineSeconds."""
+
+    kind: str
+    name: str
+    seconds: int | None
+
+
+@dataclass(frozen=True)
 class SetWorkloadActive:
     """Deactivate (or reactivate) the Kueue Workload of a queued child: how a queued child is
     suspended, since Kueue resumes any admitted child whose `suspend` someone else set."""
@@ -63,13 +72,14 @@ class SetWorkloadActive:
 
 @dataclass(frozen=True)
 class DeleteChild:
-    """Delete a finished child (ttlSecondsAfterFinished); its pods go with it."""
+    """Delete a child (a finished one past ttlSecondsAfterFinished, one a retry or an edit
+    replaces, those of a failed run); its pods go with it."""
 
     kind: str
     name: str
 
 
-Action = CreateChild | ApplyConfig | SetSuspend | SetWorkloadActive | DeleteChild
+Action = CreateChild | ApplyConfig | SetSuspend | SetDeadline | SetWorkloadActive | DeleteChild
 EventType = Literal["Normal", "Warning"]
 
 

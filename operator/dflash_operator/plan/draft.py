@@ -49,6 +49,8 @@ class Draft:
         self.events: list[Event] = []
         self.gate_failures: list[Gate] = []
         self.requeue_after: float | None = None
+        # True while an edit has not reached the running stage yet (its child restarts).
+        self.edit_pending = False
 
     # --- conditions and events ------------------------------------------------------------
     def condition(self, type_: ConditionType) -> Condition | None:
@@ -135,7 +137,9 @@ class Draft:
             self.status.message = message
 
     def finish(self) -> Plan:
-        self.status.observed_generation = self.generation
+        # observedGeneration says the status reflects the spec: not before an edit took effect.
+        if not self.edit_pending:
+            self.status.observed_generation = self.generation
         return Plan(
             status=self.status,
             actions=tuple(self.actions),

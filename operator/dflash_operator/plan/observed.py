@@ -42,6 +42,10 @@ class ChildView:
     failed: int = 0
     failed_indexes: str | None = None
     config_hash: str | None = None
+    # What a stage's child was rendered from (annotation dflash.dev/spec-inputs); None on
+    # children made by an operator version before it (taken as current).
+    spec_inputs: str | None = None
+    active_deadline_seconds: int | None = None
     deleting: bool = False
     # The Kueue LocalQueue its labels name (kueue.x-k8s.io/queue-name); None: not queued.
     queue: str | None = None
@@ -69,6 +73,8 @@ class PodView:
     uid: str
     owner_name: str
     owner_uid: str | None = None
+    # Label dflash.dev/run-uid: the run it belongs to, even once its Job is gone.
+    run_uid: str | None = None
     stage: Stage | None = None
     attempt: int = 1
     index: int | None = None
@@ -145,7 +151,12 @@ class Observed:
             return self
         kept = tuple(c for c in self.children if c.owner_uid in (None, uid))
         uids = {c.uid for c in kept}
-        pods = tuple(p for p in self.pods if p.owner_uid in uids)
+        # A pod whose Job was deleted (a retry, a restart) still runs until it terminates: it
+        # is the run's by its run-uid label (pods made before that label: by their owner).
+        pods = tuple(
+            p for p in self.pods
+            if p.run_uid == uid or (p.run_uid is None and p.owner_uid in uids)
+        )  # fmt: skip
         return replace(self, children=kept, pods=pods)
 
     def with_children(self, updated: Iterable[ChildView]) -> Observed:
@@ -155,10 +166,13 @@ class Observed:
             by_key[(child.kind, child.name)] = child
         return replace(self, children=tuple(by_key.values()))
 
-    def without_children(self, keys: Iterable[tuple[str, str]]) -> Observed:
-        gone = set(keys)
-        kept = tuple(c for c in self.children if (c.kind, c.name) not in gone)
-        return replace(self, children=kept)
+    def with_deleting(self, keys: Iterable[tuple[str, str]]) -> Observed:
+        """Children just deleted: still there (being deleted) as far as the next plan knows."""
+        going = set(keys)
+        children = tuple(
+            replace(c, deleting=True) if (c.kind, c.name) in going else c for c in self.children
+        )
+        return replace(self, children=children)
 
     def with_failures(self, failures: Iterable[CreateFailure]) -> Observed:
         return replace(self, create_failures=(*self.create_failures, *failures))

@@ -28,7 +28,12 @@ from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.status import DFlashRunStatus, format_audit_verdict, format_node_pools
 from dflash_operator.api.validation import SpecError, parse_spec
 from dflash_operator.children.config_map import build_config_map
-from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_run_root
+from dflash_operator.children.meta import (
+    ANNOTATION_CONFIG_HASH,
+    ANNOTATION_SPEC_INPUTS,
+    RunRef,
+    build_run_root,
+)
 from dflash_operator.children.rbac import build_trainer_access
 from dflash_operator.plan import outcomes
 from dflash_operator.plan.actions import (
@@ -36,6 +41,7 @@ from dflash_operator.plan.actions import (
     CreateChild,
     DeleteChild,
     Plan,
+    SetDeadline,
     SetSuspend,
     SetWorkloadActive,
 )
@@ -49,6 +55,12 @@ from dflash_operator.plan.requests import (
     parse_retry,
 )
 from dflash_operator.plan.retry import apply_retry
+from dflash_operator.plan.stage_inputs import (
+    changed_inputs,
+    format_inputs,
+    kept_on_restart,
+    stage_inputs,
+)
 from dflash_operator.plan.stages import (
     POOL_COLUMN_NAMES,
     STAGE_GATES,
@@ -156,6 +168,7 @@ def plan(inp: PlanInput) -> Plan:
     for child in observed.children:
         if not child.deleting and child.stage is not None:
             draft.record_child(child)
+    _stop_dropped_stages(draft, observed, stages)
     if retry is not None:
         apply_retry(ctx, draft, retry, stages, observed)
     if _past_run_deadline(spec, draft):
@@ -172,6 +185,9 @@ def plan(inp: PlanInput) -> Plan:
     if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
     _sync_suspension(ctx, draft, current)
+    if current is not None:
+        condition = draft.condition(STAGE_CONDITIONS[current])
+        draft.edit_pending = condition is not None and condition.reason == Reason.SPEC_CHANGED
     draft.status.node_pools = format_node_pools(
         {
             POOL_COLUMN_NAMES[s]: placements[s].pool_name
@@ -269,6 +285,12 @@ def _step(
         return False
     name = child_name(ctx.run.name, stage, attempt)
     child = observed.child(kind, name)
+    if (
+        child is not None
+        and not child.finished.done
+        and _restart_if_edited(ctx, draft, stage, child)
+    ):
+        return False
     if child is None or child.deleting:
         if child is not None:
             draft.requeue(DELETING_RECHECK_SECONDS)
@@ -291,6 +313,10 @@ def _step(
             # Adopted after a crash: make sure (and record) that its identity exists too.
             _ensure_trainer_access(ctx, draft, observed)
         _sync_child_suspension(ctx, draft, stage, child, observed)
+        deadline = ctx.spec.section_of(stage)
+        seconds = getattr(deadline, "active_deadline_seconds", None)
+        if child.active_deadline_seconds != seconds:
+            draft.act(SetDeadline(kind, name, seconds))
         outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
         if child.queue:
             outcomes.mark_queue(draft, stage, child, observed.workload_of(child))
@@ -317,11 +343,12 @@ def _start(
     """Create the stage's child (after its config and, for training, its identity)."""
     earlier = [
         pod for pod in observed.pods
-        if pod.stage == stage and pod.attempt < attempt and pod.phase not in _POD_DONE
+        if pod.stage == stage and pod.attempt <= attempt and pod.phase not in _POD_DONE
     ]  # fmt: skip
     if earlier:
         # A new attempt writes where the earlier one did (the stage's S3 prefix): it starts
-        # only once every pod of the earlier attempts has stopped, never beside one.
+        # only once every pod of the earlier attempts (and of a deleted child of this very
+        # attempt: its Job is gone, its pods may still run) has stopped, never beside one.
         names = ", ".join(sorted(pod.name for pod in earlier)[:3])
         draft.set_phase(
             STAGE_PHASES[stage],
@@ -330,14 +357,7 @@ def _start(
         )
         draft.requeue(DELETING_RECHECK_SECONDS)
         return
-    eval_placement = ctx.placements.get(Stage.EVAL)
-    on_gpus = eval_placement is not None and eval_placement.gpus > 0
-    stages_status = draft.status.stages
-    tokenized = stages_status.tokenization if stages_status else None
-    samples = tokenized.samples if tokenized else None
-    config = build_config_map(
-        ctx.run, ctx.spec, ctx.run_root, eval_on_gpus=on_gpus, samples=samples
-    )
+    config = _config_map(ctx, draft)
     access = build_trainer_access(ctx.run) if stage == Stage.TRAIN else []
     wanted = [("ConfigMap", config["metadata"]["name"])]
     wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]
@@ -357,7 +377,59 @@ def _start(
         _ensure_trainer_access(ctx, draft, observed)
     # A queued child starts suspended: Kueue admits it (all pods at once) when quota allows.
     queued = stage_queue(ctx, stage) is not None
-    draft.act(CreateChild(build_stage_child(ctx, stage, attempt, suspend=queued), stage, attempt))
+    manifest = build_stage_child(ctx, stage, attempt, suspend=queued)
+    inputs = stage_inputs(ctx.spec, stage, config["data"])
+    manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_INPUTS] = format_inputs(
+        inputs
+    )
+    draft.act(CreateChild(manifest, stage, attempt))
+
+
+def _config_map(ctx: StageContext, draft: Draft) -> dict[str, Any]:
+    """`<run>-config` as the spec renders it now."""
+    eval_placement = ctx.placements.get(Stage.EVAL)
+    on_gpus = eval_placement is not None and eval_placement.gpus > 0
+    stages_status = draft.status.stages
+    tokenized = stages_status.tokenization if stages_status else None
+    samples = tokenized.samples if tokenized else None
+    return build_config_map(ctx.run, ctx.spec, ctx.run_root, eval_on_gpus=on_gpus, samples=samples)
+
+
+def _restart_if_edited(ctx: StageContext, draft: Draft, stage: Stage, child: ChildView) -> bool:
+    """An edit reaches a running stage: when what its child was rendered from changed, the
+    child is deleted and the stage starts again as the next attempt (resuming from what it
+    committed), once the old pods stopped. True when it does. A suspended run restarts
+    nothing (the edit applies when it resumes); children of an older operator have no record
+    and are left alone."""
+    if ctx.spec.suspend or child.spec_inputs is None:
+        return False
+    config = _config_map(ctx, draft)
+    changed = changed_inputs(child.spec_inputs, stage_inputs(ctx.spec, stage, config["data"]))
+    if not changed:
+        return False
+    if not child.deleting:
+        draft.act(DeleteChild(child.kind, child.name))
+    message = Reason.SPEC_CHANGED.message(
+        stage=stage.value, attempt=child.attempt + 1, fields=", ".join(changed),
+        generation=draft.generation, kept=kept_on_restart(stage),
+    )  # fmt: skip
+    draft.set_attempt(stage, child.attempt)
+    draft.set_condition(
+        STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.SPEC_CHANGED, message
+    )
+    draft.set_phase(STAGE_PHASES[stage], message)
+    draft.requeue(DELETING_RECHECK_SECONDS)
+    return True
+
+
+def _stop_dropped_stages(draft: Draft, observed: Observed, stages: tuple[Stage, ...]) -> None:
+    """An edit that removes a stage (regeneration.enabled, evaluation.enabled, the canary's
+    samplesPerSource set to 0) stops that stage's running child."""
+    for child in observed.children:
+        pipeline = child.stage in STAGE_CONDITIONS and child.kind in WORKLOAD_KINDS
+        running = not child.finished.done and not child.deleting
+        if pipeline and running and child.stage not in stages:
+            draft.act(DeleteChild(child.kind, child.name))
 
 
 def _sync_child_suspension(

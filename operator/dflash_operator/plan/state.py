@@ -12,6 +12,8 @@ from dflash_operator.plan.stages import STAGE_GATES
 _FAILED_REASONS = frozenset(
     {Reason.STAGE_FAILED.value, Reason.RETRIES_EXHAUSTED.value, Reason.CHILD_CREATE_FAILED.value}
 )
+# Reasons that ask for a new attempt of the stage: a retry, an edit of a running stage.
+_RESTART_REASONS = frozenset({Reason.RETRY_REQUESTED.value, Reason.SPEC_CHANGED.value})
 
 
 class StageState(Enum):
@@ -20,14 +22,14 @@ class StageState(Enum):
     DONE = "done"
     BLOCKED = "blocked"  # a gate failed and nobody approved it
     FAILED = "failed"
-    PENDING = "pending"  # never started, or a retry asked for a new attempt
+    PENDING = "pending"  # never started, or a retry or an edit asked for a new attempt
     RUNNING = "running"
 
 
 def stage_state(draft: Draft, stage: Stage) -> StageState:
     """From the stage's condition (and, for a gate, its recorded verdict and approval)."""
     condition = draft.condition(STAGE_CONDITIONS[stage])
-    if condition is None or condition.reason == Reason.RETRY_REQUESTED.value:
+    if condition is None or condition.reason in _RESTART_REASONS:
         return StageState.PENDING
     if condition.status == ConditionStatus.TRUE:
         if stage not in STAGE_GATES:

@@ -18,6 +18,7 @@ from dflash_operator.plan.actions import (
     ApplyConfig,
     CreateChild,
     DeleteChild,
+    SetDeadline,
     SetSuspend,
     SetWorkloadActive,
 )
@@ -79,6 +80,10 @@ class Executor:
                 view = view_of(body, None)
                 outcome.children.append(view)
                 fault_point(f"after-suspend:{view.stage.value if view.stage else '?'}")
+            elif isinstance(action, SetDeadline):
+                patch = KINDS[action.kind].control_patch(activeDeadlineSeconds=action.seconds)
+                body = self.kube.patch(action.kind, namespace, action.name, patch)
+                outcome.children.append(view_of(body, None))
             elif isinstance(action, SetWorkloadActive):
                 patch = {"spec": {"active": action.active}}
                 self.kube.patch("Workload", namespace, action.name, patch)

@@ -114,7 +114,7 @@ class Reconciler:
         outcome = self.executor.run(run.namespace, run.uid, first.actions)
         observed = (
             inputs.observed.with_children(outcome.children)
-            .without_children(outcome.deleted)
+            .with_deleting(outcome.deleted)
             .with_failures(outcome.failures)
         )
         final = plan(replace(inputs, observed=observed))

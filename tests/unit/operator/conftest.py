@@ -21,6 +21,7 @@ from dflash_operator.plan.actions import (
     CreateChild,
     DeleteChild,
     Plan,
+    SetDeadline,
     SetSuspend,
     SetWorkloadActive,
 )
@@ -217,8 +218,16 @@ class Sim:
                 for uid, workload in self.workloads.items():
                     if workload.name == action.name:
                         self.workloads[uid] = replace(workload, active=action.active)
+            elif isinstance(action, SetDeadline):
+                key = (action.kind, action.name)
+                self.children[key] = replace(
+                    self.children[key], active_deadline_seconds=action.seconds
+                )
             elif isinstance(action, DeleteChild):
-                self.children.pop((action.kind, action.name), None)
+                # Background deletion: still there for the re-plan, gone by the next step.
+                key = (action.kind, action.name)
+                if key in self.children:
+                    self.children[key] = replace(self.children[key], deleting=True)
 
     def step(self, body_changes: Callable[[dict[str, Any]], None] | None = None) -> Plan:
         """One reconcile: plan, act, re-plan with the result, store the status."""
@@ -240,6 +249,9 @@ class Sim:
         }
         self.body["status"] = {**final.status.to_api(), **trainer}
         self.plans.append(final)
+        for key, child in list(self.children.items()):
+            if child.deleting:
+                del self.children[key]
         self.now += timedelta(seconds=1)
         return final
 
