@@ -80,6 +80,19 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
   verbs: [create, patch]
 {{- end -}}
 
+{{- define "dflash-operator.discoveryRules" -}}
+# kopf follows CRDs (read-only): the PyTorchJob watch starts when the training-operator's CRD
+# is installed after the operator, without a restart (condition reason TrainingOperatorMissing).
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+# ...and namespaces (read-only), when it watches a list of them: one that is created later is
+# watched from then on.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end -}}
+
 {{/* The pools file the operator reads: nodePools plus defaults (empty defaults dropped). */}}
 {{- define "dflash-operator.pools" -}}
 {{- $pools := .Values.nodePools | default dict -}}

@@ -197,6 +197,7 @@ class Reason(StrEnum):
     SPEC_CHANGED = "SpecChanged"
     CHILD_LOST = "ChildLost"
     CHILD_CREATE_FAILED = "ChildCreateFailed"
+    TRAINING_OPERATOR_MISSING = "TrainingOperatorMissing"
     AUDIT_PENDING = "AuditPending"
     AUDIT_PASSED = "AuditPassed"
     AUDIT_FAILED = "AuditFailed"
@@ -244,6 +245,11 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     ),
     Reason.CHILD_LOST: "{kind} {name} disappeared before it finished; recreating it",
     Reason.CHILD_CREATE_FAILED: "Could not create {kind} {name}: {error}",
+    Reason.TRAINING_OPERATOR_MISSING: (
+        "This cluster does not serve {kind} ({api_version}): install the Kubeflow "
+        "training-operator (its {kind} CRD). {stage} starts when the CRD appears; no operator "
+        "restart is needed"
+    ),
     Reason.AUDIT_PENDING: "The {gate} audit has not run yet",
     Reason.AUDIT_PASSED: "The {gate} audit passed; report: {report_uri}",
     Reason.AUDIT_FAILED: (

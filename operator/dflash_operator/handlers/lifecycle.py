@@ -1,5 +1,5 @@
 """Operator start and stop: kopf settings (our own annotation prefix, watch timeouts,
-server-side selectors, no peering, no scanning), the client, the reconcile workers, the
+server-side selectors, no peering; scanning follows CRDs), the client, the reconcile workers, the
 resync loop and `/metrics`.
 """
 
@@ -42,7 +42,9 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.persistence.finalizer = FINALIZER
     settings.posting.enabled = False  # events are ours (runtime/events.py), not log lines
     settings.peering.standalone = True  # one replica, strategy Recreate (the chart)
-    settings.scanning.disabled = True  # no cluster-wide CRD/namespace watch, no RBAC for it
+    # Scanning on: kopf follows CRDs, so the PyTorchJob watch starts when the training-operator
+    # is installed after us (no restart); in single-namespace mode it follows the namespaces.
+    settings.scanning.disabled = False
     settings.watching.server_timeout = int(config.watch_server_timeout)  # the API wants seconds
     settings.watching.client_timeout = config.watch_client_timeout
     settings.watching.connect_timeout = config.connect_timeout

@@ -111,6 +111,8 @@ class CreateFailure:
     message: str
     # 400/422: the object itself is refused, trying again cannot help.
     permanent: bool = False
+    # 404 on create: the cluster does not serve the kind (its CRD is not installed).
+    api_missing: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.status import DFlashRunStatus, format_audit_verdict, format_node_pools
 from dflash_operator.api.validation import SpecError, parse_spec
 from dflash_operator.children.config_map import build_config_map
+from dflash_operator.children.kinds import KINDS
 from dflash_operator.children.meta import (
     ANNOTATION_CONFIG_HASH,
     ANNOTATION_SPEC_INPUTS,
@@ -460,6 +461,19 @@ def _ensure_trainer_access(ctx: StageContext, draft: Draft, observed: Observed) 
 
 
 def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -> None:
+    if failure.api_missing:
+        # No CRD (no training-operator): one condition and one event, not a Warning per try;
+        # the create is tried again every 10 s and kopf starts the watch once the CRD appears.
+        api_version = KINDS[failure.kind].api_version if failure.kind in KINDS else "?"
+        message = Reason.TRAINING_OPERATOR_MISSING.message(
+            kind=failure.kind, api_version=api_version, stage=stage.value
+        )
+        draft.set_condition(
+            STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.TRAINING_OPERATOR_MISSING,
+            message,
+        )  # fmt: skip
+        draft.set_phase(STAGE_PHASES[stage], message)
+        return
     message = Reason.CHILD_CREATE_FAILED.message(
         kind=failure.kind, name=failure.name, error=failure.message
     )

@@ -123,8 +123,11 @@ class Executor:
                 body = self._adopt(action.kind, namespace, action.name, run_uid)
         except KubeError as error:
             outcome.failures.append(
-                CreateFailure(action.kind, action.name, error.message, permanent=error.permanent)
-            )
+                CreateFailure(
+                    action.kind, action.name, error.message, permanent=error.permanent,
+                    api_missing=error.not_found,
+                )
+            )  # fmt: skip
             return False
         outcome.children.append(view_of(body, action.stage))
         stage = action.stage.value if action.stage else "-"

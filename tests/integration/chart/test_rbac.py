@@ -28,6 +28,16 @@ OPERATOR_RIGHTS = {
     "roles.rbac.authorization.k8s.io": {"get", "create"},
     "rolebindings.rbac.authorization.k8s.io": {"get", "create"},
     "events": {"create", "patch"},
+    # kopf follows CRDs (the PyTorchJob watch starts when its CRD appears, no restart) and
+    # namespaces (one watched by name that is created later).
+    "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
+    "namespaces": {"list", "watch"},
+}
+# Single-namespace mode's only cluster-wide rights (read-only): CRDs, and the namespaces kopf
+# follows.
+DISCOVERY_RIGHTS = {
+    "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
+    "namespaces": {"list", "watch"},
 }
 
 
@@ -57,7 +67,11 @@ REFUSED = [
     ("create", "clusterroles.rbac.authorization.k8s.io"), ("create", "deployments.apps"),
     ("create", "persistentvolumeclaims"), ("list", "nodes"), ("create", "namespaces"),
     ("get", "leases.coordination.k8s.io"), ("create", "workloads.kueue.x-k8s.io"),
-    ("delete", "workloads.kueue.x-k8s.io"), ("update", "clusterqueues.kueue.x-k8s.io"), ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("delete", "workloads.kueue.x-k8s.io"), ("update", "clusterqueues.kueue.x-k8s.io"),
+    ("get", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("delete", "customresourcedefinitions.apiextensions.k8s.io"), ("delete", "namespaces"),
     ("*", "*"),
 ]  # fmt: skip
 
@@ -139,14 +153,17 @@ def test_single_namespace_mode_gives_rights_in_the_watched_namespaces_only(
     release: Any, other_namespace: str
 ) -> None:
     release.install("--set", f"operator.watchNamespaces={{{release.namespace}}}")
-    assert rights(release, release.namespace) == OPERATOR_RIGHTS | leader_rights(release)
-    assert rights(release, other_namespace) == {}
+    assert rights(release, release.namespace) == (
+        OPERATOR_RIGHTS | leader_rights(release) | DISCOVERY_RIGHTS
+    )
+    assert rights(release, other_namespace) == DISCOVERY_RIGHTS
     for verb, resource in (("list", "dflashruns.dflash.dev"), ("create", "jobs.batch")):
         assert can_i(release, verb, resource, "-n", release.namespace)
         assert not can_i(release, verb, resource, "-n", other_namespace)
         assert not can_i(release, verb, resource, "--all-namespaces")
     owned = release.owned([release.namespace, other_namespace])
-    assert not [o for o in owned if o.startswith("clusterrolebindings")], owned
+    bindings = [o for o in owned if o.startswith("clusterrolebindings")]
+    assert bindings == [f"clusterrolebindings/{release.name}-discovery"], owned
 
 
 def test_the_user_roles_give_editors_and_viewers_runs_and_nothing_else(

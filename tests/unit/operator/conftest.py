@@ -27,6 +27,7 @@ from dflash_operator.plan.actions import (
 )
 from dflash_operator.plan.observed import (
     ChildView,
+    CreateFailure,
     Finished,
     Observed,
     PodView,
@@ -152,6 +153,9 @@ class Sim:
         self.workloads: dict[str, WorkloadView] = {}
         self.quota_free = True
         self.quota_message = "couldn't assign flavors to pod set main: insufficient quota"
+        # Kinds the API server does not serve (their CRD is missing): creating one fails 404.
+        self.missing_kinds: set[str] = set()
+        self.failures: list[CreateFailure] = []
 
     # --- the world ---------------------------------------------------------------------------
     def observed(self) -> Observed:
@@ -188,7 +192,14 @@ class Sim:
         raise KeyError(name)
 
     def _apply(self, actions: tuple[Any, ...]) -> None:
+        self.failures = []
         for action in actions:
+            if isinstance(action, CreateChild) and action.kind in self.missing_kinds:
+                message = "the server could not find the requested resource"
+                self.failures.append(
+                    CreateFailure(action.kind, action.name, message, api_missing=True)
+                )
+                break  # the executor stops at the first creation that fails
             if isinstance(action, CreateChild | ApplyConfig):
                 manifest = copy.deepcopy(action.manifest)
                 key = (action.kind, action.name)
@@ -241,7 +252,8 @@ class Sim:
         if first.actions:
             self._apply(first.actions)
             self.kueue()
-            final = plan(replace(inputs, observed=self.observed()))
+            observed = self.observed().with_failures(self.failures)
+            final = plan(replace(inputs, observed=observed))
         trainer = {
             k: v
             for k, v in (self.body.get("status") or {}).items()

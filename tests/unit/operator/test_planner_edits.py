@@ -206,3 +206,35 @@ def test_a_child_deleted_under_a_running_stage_is_recreated_only_once_its_pods_s
     world.pods.remove(pod)
     world.step()
     assert world.created.count("r1-train") == 2
+
+
+def test_a_missing_pytorchjob_crd_says_so_once_and_training_starts_when_it_appears(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.missing_kinds.add("PyTorchJob")
+    world.step()
+    for name, result in (
+        ("r1-regen", REGEN),
+        ("r1-audit-completions", PASS),
+        ("r1-tokenize", {}),
+        ("r1-audit-tokens", PASS),
+    ):
+        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
+        world.settle()
+    for _ in range(5):  # the create is tried again every pass
+        world.step()
+
+    trained = world.condition("Trained")
+    assert trained is not None and trained["reason"] == "TrainingOperatorMissing"
+    assert "does not serve PyTorchJob (kubeflow.org/v1)" in trained["message"]
+    assert "no operator restart is needed" in world.status["message"]
+    reasons = [r for r, _ in world.events()]
+    assert reasons.count("TrainingOperatorMissing") == 1
+    assert "ChildCreateFailed" not in reasons
+    assert world.status["phase"] == "Training"
+
+    world.missing_kinds.clear()  # the training-operator is installed
+    world.settle()
+    assert "r1-train" in world.created
+    assert world.condition("Trained")["reason"] == "StageRunning"

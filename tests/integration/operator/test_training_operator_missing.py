@@ -1,0 +1,88 @@
+"""A cluster without the Kubeflow training-operator, on the real control plane: the run stops
+at training with one clear condition (no Warning per retry), and training starts by itself
+once the PyTorchJob API appears, with the operator still the same process, watching it.
+
+The API is taken away by marking the CRD's only version `served: false` (exactly what the API
+server shows a cluster without the CRD: a 404 on the resource), then put back; nothing stored
+is lost and the cluster's other tests keep their PyTorchJobs."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dflash_dev.kube_wait import wait_for
+
+CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
+EARLIER = ("regen", "audit-completions", "tokenize", "audit-tokens")
+COUNT_WINDOW = 20.0  # four resyncs of the test operator
+
+
+def _serve(cluster: Any, served: bool) -> None:
+    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
+    cluster.kubectl("patch", CRD, "--type=json", "-p", json.dumps(patch))
+
+    def settled() -> bool:
+        listed = cluster.kubectl("get", "pytorchjobs", "-A", check=False)
+        return (listed.returncode == 0) == served
+
+    wait_for(f"the PyTorchJob API to be {'served' if served else 'gone'}", settled)
+
+
+@pytest.fixture
+def no_pytorchjob_api(cluster: Any) -> Iterator[None]:
+    _serve(cluster, False)
+    try:
+        yield
+    finally:
+        _serve(cluster, True)
+
+
+def _creates(text: str) -> float:
+    """POSTs of PyTorchJobs the operator made, whatever their answer."""
+    pattern = r'dflash_api_requests_total\{code="(\d+)",kind="PyTorchJob",verb="POST"\} ([0-9.e+]+)'
+    return sum(float(value) for _, value in re.findall(pattern, text))
+
+
+def test_training_waits_with_one_condition_and_starts_when_the_crd_appears(
+    harness: Any, make_spec: Any, no_pytorchjob_api: None, cluster: Any
+) -> None:
+    operator = harness.start_operator()
+    harness.apply_run("r1", make_spec())
+    for stage in EARLIER:
+        harness.finish(
+            f"r1-{stage}", harness.stage_results[stage], count=2 if stage == "regen" else 1
+        )
+
+    trained = wait_for(
+        "Trained to say TrainingOperatorMissing",
+        lambda: (
+            (c := harness.condition("r1", "Trained"))
+            and c["reason"] == "TrainingOperatorMissing"
+            and c
+        ),
+    )
+    assert "does not serve PyTorchJob (kubeflow.org/v1)" in trained["message"]
+    assert "install the Kubeflow training-operator" in trained["message"]
+    assert harness.status("r1")["phase"] == "Training"
+    wait_for("two more create attempts", lambda: _creates(operator.metrics()) >= 3, 40)
+    warnings = [(r, m) for t, r, m in harness.events("r1") if t == "Warning"]
+    assert [r for r, _ in warnings] == ["TrainingOperatorMissing"], warnings
+
+    _serve(cluster, True)
+    wait_for("r1-train", lambda: "r1-train" in harness.names("pytorchjobs"), 60)
+    wait_for(
+        "Trained to say StageRunning",
+        lambda: (harness.condition("r1", "Trained") or {}).get("reason") == "StageRunning",
+    )
+    assert operator.process is not None and operator.process.poll() is None  # the same process
+    # The operator sees the PyTorchJob through its watch now (started by kopf when the CRD
+    # came back): it creates it once, and never again to find it.
+    before = _creates(operator.metrics())
+    harness.running_pods("r1-train", 2)
+    time.sleep(COUNT_WINDOW)
+    assert _creates(operator.metrics()) == before
