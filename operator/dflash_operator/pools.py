@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from dflash_operator.api.base import DNS_LABEL_PATTERN, QUANTITY_PATTERN
-from dflash_operator.api.spec_training import GPU_RESOURCE
+from dflash_operator.api.spec_resources import GPU_RESOURCE
 
 # Resource names and label keys: a DNS-subdomain prefix, '/', and a name.
 QUALIFIED_NAME_PATTERN = (
@@ -50,6 +50,26 @@ class Toleration(PoolModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+# `resources` keys of a pool: every stage, or one section's stages (cleanup: the S3 Jobs).
+RESOURCE_KEYS = (
+    "default",
+    "regeneration",
+    "audit",
+    "tokenization",
+    "training",
+    "evaluation",
+    "cleanup",
+)
+
+
+class PoolResources(PoolModel):
+    """CPU, memory and ephemeral storage of the pool's stage pods (a layer over the
+    operator's defaults; a run's `<section>.resources` goes over it)."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
 class NodePool(PoolModel):
     """Where and how a stage's pods run."""
 
@@ -69,6 +89,8 @@ class NodePool(PoolModel):
     scheduler_name: str | None = None
     # Linux capabilities GPU pods need on this pool, e.g. IPC_LOCK for RDMA.
     add_capabilities: tuple[str, ...] = ()
+    # Requests and limits of stage pods: `default` (all stages), or a section's name.
+    resources: dict[str, PoolResources] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check_names(self) -> NodePool:
@@ -79,6 +101,17 @@ class NodePool(PoolModel):
                 raise ValueError(
                     f"extraResources may not contain {resource!r}: GPUs come from gpusPerNode"
                 )
+        for key, entry in self.resources.items():
+            if key not in RESOURCE_KEYS:
+                raise ValueError(
+                    f"resources key {key!r} is not accepted: use one of {', '.join(RESOURCE_KEYS)}"
+                )
+            for resource in (*entry.requests, *entry.limits):
+                if resource == self.gpu_resource or resource in self.extra_resources:
+                    raise ValueError(
+                        f"resources.{key} may not set {resource!r}: it comes from gpusPerNode "
+                        "and extraResources"
+                    )
         for name in self.env:
             if not re.fullmatch(ENV_NAME_PATTERN, name):
                 raise ValueError(f"env name {name!r} is not a valid environment variable name")

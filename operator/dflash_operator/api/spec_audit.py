@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from dflash_operator.api.base import ApiModel, NodePoolName, nested, stage_deadline
+from dflash_operator.api.spec_resources import Resources, resources_field
 
 
 def _rate(default: float, description: str) -> Any:
@@ -239,6 +240,7 @@ class AuditSpec(ApiModel):
     completions: CompletionsGate = nested(CompletionsGate, "Completions gate thresholds.")
     tokens: TokensGate = nested(TokensGate, "Tokens gate thresholds.")
     active_deadline_seconds: int | None = stage_deadline("each audit gate")
+    resources: Resources | None = resources_field("audit pod")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for audit Jobs. Unset: the operator's default (cpu).",
@@ -252,7 +254,14 @@ class AuditSpec(ApiModel):
         shared = self.model_dump(
             mode="json",
             by_alias=True,
-            exclude={"prompts", "completions", "tokens", "node_pool", "active_deadline_seconds"},
+            exclude={
+                "prompts",
+                "completions",
+                "tokens",
+                "node_pool",
+                "active_deadline_seconds",
+                "resources",
+            },
         )
         return {
             **shared,

@@ -21,6 +21,7 @@ from dflash_operator.api.base import (
     stage_deadline,
 )
 from dflash_operator.api.naming import MAX_SHARDS
+from dflash_operator.api.spec_resources import Resources, resources_field
 
 MAX_SOURCES = 64
 # Regeneration: long enough for a thinking trace plus an answer; truncated outputs are
@@ -338,6 +339,7 @@ class RegenerationSpec(ApiModel):
     active_deadline_seconds: int | None = stage_deadline(
         "regeneration (the canary and every shard)"
     )
+    resources: Resources | None = resources_field("regeneration pod")
     node_pool: NodePoolName | None = Field(
         default=None,
         description=(
@@ -446,6 +448,7 @@ class TokenizationSpec(ApiModel):
         ),
     )
     active_deadline_seconds: int | None = stage_deadline("tokenization")
+    resources: Resources | None = resources_field("tokenization pod")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for tokenization. Unset: the operator's default (cpu).",

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
 
 from pydantic import Field
 
@@ -14,12 +13,12 @@ from dflash_operator.api.base import (
     DataUri,
     Image,
     NodePoolName,
-    Quantity,
     Rule,
     stage_deadline,
 )
 from dflash_operator.api.naming import MAX_ATTEMPT, MAX_TRAINING_NODES
 from dflash_operator.api.spec_data import SourceFormat
+from dflash_operator.api.spec_resources import Resources, resources_field
 
 # The paper's recipe (App. A.1): 6 epochs, AdamW at 6e-4, cosine with 4% warmup, clip 1.0.
 DEFAULT_EPOCHS = 6
@@ -42,11 +41,9 @@ DEFAULT_MAX_RESTARTS = 3
 # Attempt n of the train stage names its PyTorchJob `<run>-train-<n>`: n <= MAX_ATTEMPT.
 MAX_RESTARTS = MAX_ATTEMPT - 1
 MAX_PROCESSES_PER_NODE = 64
-MAX_RESOURCES = 16
 DEFAULT_EVAL_PROMPTS = 128
 MAX_EVAL_PROMPTS = 100_000
 DEFAULT_EVAL_NEW_TOKENS = 256
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class Launcher(StrEnum):
@@ -61,30 +58,6 @@ class Strategy(StrEnum):
     DDP = "ddp"
     # The trainer's `fsdp2` (PyTorch FSDP2, fully_shard).
     FSDP = "fsdp"
-
-
-_NO_GPU_KEY = Rule(
-    rule=f"!('{GPU_RESOURCE}' in self)",
-    message=f"{GPU_RESOURCE} comes from training.gpusPerNode and the node pool; remove it here",
-    check=lambda resources: GPU_RESOURCE not in resources,
-)
-
-ResourceMap = Annotated[
-    dict[Annotated[str, Field(max_length=253)], Quantity],
-    Field(max_length=MAX_RESOURCES),
-    _NO_GPU_KEY,
-]
-
-
-class Resources(ApiModel):
-    """CPU, memory and other resources of each training pod (GPUs are set elsewhere)."""
-
-    requests: ResourceMap | None = Field(
-        default=None, description="Resources each pod requests, e.g. {cpu: 32, memory: 512Gi}."
-    )
-    limits: ResourceMap | None = Field(
-        default=None, description="Resource limits of each pod, e.g. {memory: 600Gi}."
-    )
 
 
 class TrainingSpec(ApiModel):
@@ -241,10 +214,7 @@ class TrainingSpec(ApiModel):
             f"checkpoint) before the run fails. At most {MAX_RESTARTS}."
         ),
     )
-    resources: Resources | None = Field(
-        default=None,
-        description="CPU and memory per training pod. Unset: the node pool's defaults.",
-    )
+    resources: Resources | None = resources_field("training pod")
 
 
 class EvalPrompts(ApiModel):
@@ -305,6 +275,7 @@ class EvaluationSpec(ApiModel):
         description="Container image of the evaluation pod. Unset: the operator's default.",
     )
     active_deadline_seconds: int | None = stage_deadline("evaluation")
+    resources: Resources | None = resources_field("evaluation pod")
     node_pool: NodePoolName | None = Field(
         default=None,
         description="Node pool for evaluation. Unset: the operator's default for training.",

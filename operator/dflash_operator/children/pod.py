@@ -1,4 +1,4 @@
-"""The pod template every stage shares: node-pool placement, GPU and extra resources, S3
+"""The pod template every stage shares: node-pool placement, resources (children/resources.py), S3
 credentials from the Secret (`secretKeyRef`, never values), the rendered config files,
 a memory-backed /dev/shm, and a non-root, read-only container.
 """
@@ -13,6 +13,7 @@ from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.children.commands import CONFIG_DIR, PVC_ROOT
 from dflash_operator.children.meta import RunRef, build_child_labels
+from dflash_operator.children.resources import build_resources, tmp_size_limit
 from dflash_operator.config import DEFAULT_RUN_AS_USER
 from dflash_operator.plan.placement import Placement
 
@@ -125,24 +126,15 @@ def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     return env + build_s3_env(ctx)
 
 
-def build_resources(ctx: PodContext) -> dict[str, Any]:
-    """GPUs and the pool's extra resources (requests = limits), plus training's CPU/memory."""
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
-    pool = ctx.placement.pool
-    if ctx.placement.gpus:
-        accelerators = {pool.gpu_resource: ctx.placement.gpus, **pool.extra_resources}
-        requests.update(accelerators)
-        limits.update(accelerators)
-    if ctx.stage == Stage.TRAIN and ctx.spec.training.resources is not None:
-        requests.update(ctx.spec.training.resources.requests or {})
-        limits.update(ctx.spec.training.resources.limits or {})
-    out: dict[str, Any] = {}
-    if requests:
-        out["requests"] = {k: str(v) for k, v in requests.items()}
-    if limits:
-        out["limits"] = {k: str(v) for k, v in limits.items()}
-    return out
+def build_pod_resources(ctx: PodContext) -> dict[str, Any]:
+    return build_resources(ctx.spec, ctx.stage, ctx.placement)
+
+
+def _tmp_volume(ctx: PodContext) -> dict[str, Any]:
+    """The only writable path (the model download, caches): sized like the pod's
+    ephemeral storage, so a runaway write evicts the pod instead of filling the node."""
+    size = tmp_size_limit(build_pod_resources(ctx))
+    return {"sizeLimit": size} if size else {}
 
 
 def build_volumes(ctx: PodContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -152,7 +144,7 @@ def build_volumes(ctx: PodContext) -> tuple[list[dict[str, Any]], list[dict[str,
     optional = ctx.stage in (Stage.CLEANUP, Stage.PRUNE)
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": config_map, "optional": optional}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": _tmp_volume(ctx)},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -196,9 +188,7 @@ def build_container(
             "capabilities": capabilities,
         },
     }
-    resources = build_resources(ctx)
-    if resources:
-        container["resources"] = resources
+    container["resources"] = build_pod_resources(ctx)
     if ports:
         container["ports"] = ports
     return container

@@ -19,6 +19,7 @@ from dflash_operator.api.status import DFlashRunStatus, build_condition, upsert_
 from dflash_operator.api.status_parts import ChildRef, Condition
 from dflash_operator.plan.actions import Action, Event, EventType, Plan
 from dflash_operator.plan.observed import ChildView
+from dflash_operator.plan.redaction import redact
 
 # Kinds whose name carries an attempt number (the rest are one per run).
 WORKLOAD_KINDS = frozenset({"Job", "PyTorchJob"})
@@ -68,6 +69,7 @@ class Draft:
     ) -> None:
         """Upsert a condition; post an event if its status or reason changed."""
         old = self.condition(type_)
+        message = redact(message)
         new = build_condition(
             type_, status, reason, message, generation=self.generation, now=self.now
         )
@@ -82,7 +84,7 @@ class Draft:
     def event(self, reason: Reason | str, message: str, type_: EventType | None = None) -> None:
         value = reason.value if isinstance(reason, Reason) else reason
         kind: EventType = type_ or ("Warning" if value in WARNING_REASONS else "Normal")
-        self.events.append(Event(kind, value, message))
+        self.events.append(Event(kind, value, redact(message)))
 
     # --- actions -----------------------------------------------------------------------------
     def act(self, action: Action) -> None:
@@ -137,7 +139,18 @@ class Draft:
         if message is not None:
             self.status.message = message
 
+    def _redact_status(self) -> None:
+        """Whatever a pod said reaches status only through here, without credentials."""
+        status = self.status
+        if status.message:
+            status.message = redact(status.message)
+        if status.conditions:
+            status.conditions = [
+                c.model_copy(update={"message": redact(c.message)}) for c in status.conditions
+            ]
+
     def finish(self) -> Plan:
+        self._redact_status()
         # observedGeneration says the status reflects the spec: not before an edit took effect.
         if not self.edit_pending:
             self.status.observed_generation = self.generation

@@ -22,6 +22,7 @@ from dflash_operator.api.status_parts import (
     TokenizationResult,
 )
 from dflash_operator.plan.observed import PodView, Termination
+from dflash_operator.plan.redaction import redact
 
 # Bounds on what one gate may put into status (a status object should stay small).
 MAX_VIOLATIONS = 20
@@ -220,4 +221,5 @@ def describe_failure(pods: Iterable[PodView], fallback: str) -> str:
     text = f"pod {pod.name} exited {term.exit_code}{reason}"
     if isinstance(detail, str) and detail.strip():
         text += f": {detail.strip()}"
-    return text[:MAX_MESSAGE]
+    # Redacted before the cut: a cut credential would no longer match its shape.
+    return redact(text)[:MAX_MESSAGE]

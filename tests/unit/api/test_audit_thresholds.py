@@ -35,7 +35,7 @@ def _crd_thresholds() -> dict[str, Any]:
     for name, value in _fields(AuditSpec).items():
         if name in ("prompts", "completions", "tokens"):
             out.update(_fields(AuditSpec.model_fields[name].annotation))  # type: ignore[arg-type]
-        elif name not in ("node_pool", "active_deadline_seconds"):  # the pods', not the gates'
+        elif name not in ("node_pool", "active_deadline_seconds", "resources"):  # the pods'
             out[name] = value
     return out
 

@@ -91,8 +91,14 @@ def test_regeneration_is_an_indexed_job_with_one_index_per_shard_on_the_b200_poo
     ]
     assert pod["restartPolicy"] == "Never"
     container = pod["containers"][0]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2", "rdma/ib": "1"}
-    assert container["resources"]["requests"] == container["resources"]["limits"]
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert (limits["nvidia.com/gpu"], limits["rdma/ib"]) == ("2", "1")
+    assert (requests["nvidia.com/gpu"], requests["rdma/ib"]) == ("2", "1")
+    # Host resources scale with the GPUs of the pod (2 here): 8 cores and 96Gi per GPU.
+    assert (requests["cpu"], requests["memory"], limits["memory"]) == ("16", "192Gi", "192Gi")
+    assert requests["ephemeral-storage"] == limits["ephemeral-storage"] == "100Gi"
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    assert tmp["emptyDir"] == {"sizeLimit": "100Gi"}
     assert container["image"] == "regen:1"
     assert container["args"][:3] == ["python3", "-m", "dflash_trainer.data.regenerate"]
     assert container["args"][container["args"].index("--shards") + 1] == "64"
@@ -158,7 +164,11 @@ def test_audits_and_tokenization_run_on_the_cpu_pool_without_gpus(
     for stage in (Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE, Stage.AUDIT_TOKENS):
         pod = pod_spec(build(stage))
         assert pod["nodeSelector"] == {"dflash.dev/node-pool": "cpu"}
-        assert "resources" not in pod["containers"][0]
+        resources = pod["containers"][0]["resources"]
+        assert "nvidia.com/gpu" not in resources["requests"]
+        # Requests and limits for cpu and memory: a namespace with a ResourceQuota admits it.
+        for part in ("requests", "limits"):
+            assert {"cpu", "memory", "ephemeral-storage"} <= set(resources[part])
 
 
 def test_an_audit_job_never_retries_a_failed_gate_or_bad_input(
@@ -188,7 +198,8 @@ def test_training_is_a_pytorchjob_with_a_master_and_workers_on_the_rtx_pool(
     container = pod["containers"][0]
     assert container["name"] == "pytorch"
     assert container["ports"][0]["name"] == "pytorchjob-port"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert container["resources"]["requests"]["memory"] == "384Gi"
     assert pod["serviceAccountName"] == "r1-trainer"
     env = env_of(job)
     assert env["DFLASH_RUN_NAME"] == "r1" and env["DFLASH_RUN_NAMESPACE"] == "ml"

@@ -64,6 +64,7 @@ NOT_IN_EVAL_YAML = {
     "image": "the eval Job's image",
     "node_pool": "the eval Job's placement",
     "active_deadline_seconds": "the eval Job's activeDeadlineSeconds",
+    "resources": "the eval pod's resources",
 }
 
 
