@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from dflash_operator.api.base import DNS_LABEL_PATTERN, QUANTITY_PATTERN
+from dflash_operator.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN
 from dflash_operator.api.spec_resources import GPU_RESOURCE
 
 # Resource names and label keys: a DNS-subdomain prefix, '/', and a name.
@@ -91,6 +91,11 @@ class NodePool(PoolModel):
     add_capabilities: tuple[str, ...] = ()
     # Requests and limits of stage pods: `default` (all stages), or a section's name.
     resources: dict[str, PoolResources] = Field(default_factory=dict)
+    # Secrets (in each run's namespace) to pull stage images with, by name.
+    image_pull_secrets: tuple[str, ...] = ()
+    # ServiceAccount (in each run's namespace) of the pool's stage pods but training's, for a
+    # cloud identity (IRSA, Workload Identity); a run's spec.serviceAccountName wins.
+    service_account_name: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN)
 
     @model_validator(mode="after")
     def _check_names(self) -> NodePool:

@@ -28,7 +28,11 @@ from dflash_operator.api.spec_data import (
     TokenizationSpec,
 )
 from dflash_operator.api.spec_model import DrafterSpec, TargetSpec
-from dflash_operator.api.spec_storage import StorageSpec
+from dflash_operator.api.spec_storage import (
+    HfTokenSecretRef,
+    LocalObjectReference,
+    StorageSpec,
+)
 from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
 
 # The spec section each pipeline stage is configured by (its image, pool, deadline, ...).
@@ -42,6 +46,8 @@ STAGE_SECTIONS: dict[Stage, str] = {
     Stage.TRAIN: "training",
     Stage.EVAL: "evaluation",
 }
+
+MAX_PULL_SECRETS = 16
 
 # 30 days: the longest a finished run's children may linger before cleanup.
 MAX_TTL_SECONDS = 30 * 24 * 3600
@@ -152,6 +158,32 @@ class DFlashRunSpec(ApiModel):
     )
     priority_class_name: DnsSubdomain | None = Field(
         default=None, description="PriorityClass of the run's pods. Unset: the cluster default."
+    )
+    hf_token_secret_ref: HfTokenSecretRef | None = Field(
+        default=None,
+        description=(
+            "Secret with a Hugging Face token for gated or private models (env HF_TOKEN of the "
+            "pods that load the target or its tokenizer, as a secretKeyRef: the operator never "
+            "reads it). Never put the token itself in the spec. Unset: anonymous downloads; a "
+            "target on s3:// or pvc:// is loaded offline (HF_HUB_OFFLINE=1) either way."
+        ),
+    )
+    service_account_name: DnsSubdomain | None = Field(
+        default=None,
+        description=(
+            "ServiceAccount (in the run's namespace) of every stage pod but training's, for a "
+            "cloud identity such as IRSA or GKE Workload Identity; no API token is mounted. "
+            "Training runs as <run>-trainer (see training.serviceAccountAnnotations). Unset: "
+            "the node pool's, else the namespace's default account."
+        ),
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None,
+        max_length=MAX_PULL_SECRETS,
+        description=(
+            "Secrets to pull the stage images with, added to the node pool's "
+            "imagePullSecrets. Unset: the pool's (or the ServiceAccount's) only."
+        ),
     )
 
     def section_of(self, stage: Stage) -> ApiModel | None:

@@ -99,6 +99,24 @@ class SecretRef(ApiModel):
     )
 
 
+DEFAULT_HF_TOKEN_KEY = "HF_TOKEN"  # noqa: S105 - the name of a key, not a token
+
+
+class HfTokenSecretRef(ApiModel):
+    """A Secret in the run's namespace holding a Hugging Face access token."""
+
+    name: DnsSubdomain = Field(description="Name of the Secret, in the run's namespace.")
+    key: SecretKeyName = Field(
+        default=DEFAULT_HF_TOKEN_KEY, description="Key of the token in the Secret."
+    )
+
+
+class LocalObjectReference(ApiModel):
+    """A `v1.LocalObjectReference`: an object of the run's namespace, by name."""
+
+    name: DnsSubdomain = Field(description="Name of the object, in the run's namespace.")
+
+
 _CREDENTIALS_ADVICE = (
     "credentials never go in a DFlashRun: put them in a Secret (keys AWS_ACCESS_KEY_ID and "
     "AWS_SECRET_ACCESS_KEY) and name it in spec.storage.credentialsSecretRef.name"

@@ -21,6 +21,7 @@ from dflash_operator.api.spec_data import SourceFormat
 from dflash_operator.api.spec_resources import Resources, resources_field
 
 # The paper's recipe (App. A.1): 6 epochs, AdamW at 6e-4, cosine with 4% warmup, clip 1.0.
+MAX_ACCOUNT_ANNOTATIONS = 16
 DEFAULT_EPOCHS = 6
 MAX_EPOCHS = 1000
 DEFAULT_LEARNING_RATE = 6e-4
@@ -215,6 +216,16 @@ class TrainingSpec(ApiModel):
         ),
     )
     resources: Resources | None = resources_field("training pod")
+    service_account_annotations: dict[str, str] | None = Field(
+        default=None,
+        max_length=MAX_ACCOUNT_ANNOTATIONS,
+        description=(
+            "Annotations of the <run>-trainer ServiceAccount the operator creates when training "
+            "starts, for a cloud identity: eks.amazonaws.com/role-arn (IRSA), "
+            "iam.gke.io/gcp-service-account (Workload Identity). Read when the account is "
+            "created."
+        ),
+    )
 
 
 class EvalPrompts(ApiModel):

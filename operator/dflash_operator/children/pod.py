@@ -23,6 +23,8 @@ SHM_DIR = "/dev/shm"  # noqa: S108 - a memory-backed emptyDir for NCCL, not a te
 # NCCL: fail fast instead of hanging on a dead peer, and say why at WARN level.
 NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
 # Caches of Hugging Face and friends go to the writable emptyDir.
+# A target on S3 or a PVC: nothing may reach for the Hub (a missing file fails fast).
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CACHE_ENV = {
     "HOME": TMP_DIR,
     "HF_HOME": f"{TMP_DIR}/hf",
@@ -51,6 +53,8 @@ class PodContext:
     image: str
     settings: PodSettings = field(default_factory=PodSettings)
     service_account: str | None = None
+    # Only the trainer talks to the API server (its own status): only it mounts a token.
+    mount_token: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -113,8 +117,27 @@ def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
     return env
 
 
+def build_hf_env(ctx: PodContext) -> list[dict[str, Any]]:
+    """The Hugging Face token as a reference to its Secret (stages that load the target or its
+    tokenizer); offline mode when the target is not on the Hub."""
+    if ctx.stage in (Stage.CLEANUP, Stage.PRUNE):
+        return []
+    env: list[dict[str, Any]] = []
+    if not is_hub_model(ctx.spec.target.model):
+        env += [{"name": name, "value": "1"} for name in OFFLINE_ENV]
+    ref = ctx.spec.hf_token_secret_ref
+    if ref is not None:
+        selector = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
+        env.append({"name": "HF_TOKEN", "valueFrom": selector})
+    return env
+
+
+def is_hub_model(uri: str) -> bool:
+    return not uri.startswith(("s3://", "pvc://", "/"))
+
+
 def build_env(ctx: PodContext) -> list[dict[str, Any]]:
-    """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3."""
+    """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3 and the Hub."""
     plain = dict(CACHE_ENV)
     if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
         plain.update(NCCL_ENV)
@@ -123,7 +146,7 @@ def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     plain.update(ctx.placement.pool.env)
     plain.update(ctx.extra_env)
     env = [{"name": name, "value": value} for name, value in plain.items()]
-    return env + build_s3_env(ctx)
+    return env + build_s3_env(ctx) + build_hf_env(ctx)
 
 
 def build_pod_resources(ctx: PodContext) -> dict[str, Any]:
@@ -216,10 +239,7 @@ def build_pod_spec(
     }
     if ctx.service_account:
         spec["serviceAccountName"] = ctx.service_account
-        spec["automountServiceAccountToken"] = True
-    else:
-        # Stage pods never talk to the API server; only the trainer does (its own SA).
-        spec["automountServiceAccountToken"] = False
+    spec["automountServiceAccountToken"] = ctx.mount_token
     if pool.node_selector:
         spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:
@@ -230,6 +250,12 @@ def build_pod_spec(
         spec["schedulerName"] = pool.scheduler_name
     if ctx.spec.priority_class_name:
         spec["priorityClassName"] = ctx.spec.priority_class_name
+    pull_secrets = list(pool.image_pull_secrets)
+    for ref in ctx.spec.image_pull_secrets or ():
+        if ref.name not in pull_secrets:
+            pull_secrets.append(ref.name)
+    if pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     return spec
 
 

@@ -4,6 +4,7 @@ on `dflashruns/status` of this one run (and nothing else), and their RoleBinding
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dflash_operator.api.constants import GROUP, PLURAL, Stage
@@ -19,11 +20,17 @@ def trainer_account_name(run_name: str) -> str:
     return f"{run_name}-trainer"
 
 
-def build_trainer_service_account(run: RunRef) -> dict[str, Any]:
+def build_trainer_service_account(
+    run: RunRef, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """`annotations` (spec.training.serviceAccountAnnotations) carry a cloud identity: IRSA's
+    eks.amazonaws.com/role-arn, GKE's iam.gke.io/gcp-service-account, ..."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": build_metadata(run, trainer_account_name(run.name), Stage.TRAIN),
+        "metadata": build_metadata(
+            run, trainer_account_name(run.name), Stage.TRAIN, annotations=dict(annotations or {})
+        ),
         # Only training pods mount a token, and they ask for it explicitly.
         "automountServiceAccountToken": False,
     }
@@ -56,10 +63,12 @@ def build_trainer_role_binding(run: RunRef) -> dict[str, Any]:
     }
 
 
-def build_trainer_access(run: RunRef) -> list[dict[str, Any]]:
+def build_trainer_access(
+    run: RunRef, annotations: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """In creation order: the account, the Role, then the binding that joins them."""
     return [
-        build_trainer_service_account(run),
+        build_trainer_service_account(run, annotations),
         build_trainer_role(run),
         build_trainer_role_binding(run),
     ]

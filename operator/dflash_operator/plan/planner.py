@@ -359,7 +359,7 @@ def _start(
         draft.requeue(DELETING_RECHECK_SECONDS)
         return
     config = _config_map(ctx, draft)
-    access = build_trainer_access(ctx.run) if stage == Stage.TRAIN else []
+    access = _trainer_access(ctx) if stage == Stage.TRAIN else []
     wanted = [("ConfigMap", config["metadata"]["name"])]
     wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]
     for failed_kind, failed_name in wanted:
@@ -454,10 +454,14 @@ def _sync_child_suspension(
 
 def _ensure_trainer_access(ctx: StageContext, draft: Draft, observed: Observed) -> None:
     """Create (or adopt, and so record) the trainer's ServiceAccount, Role and RoleBinding."""
-    for manifest in build_trainer_access(ctx.run):
+    for manifest in _trainer_access(ctx):
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         if draft.recorded(kind, name) is None and observed.child(kind, name) is None:
             draft.act(CreateChild(manifest, Stage.TRAIN))
+
+
+def _trainer_access(ctx: StageContext) -> list[dict[str, Any]]:
+    return build_trainer_access(ctx.run, ctx.spec.training.service_account_annotations)
 
 
 def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -> None:

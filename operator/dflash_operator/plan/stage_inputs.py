@@ -31,6 +31,9 @@ _KEPT: dict[Stage, str] = {
     Stage.REGEN: "committed shards are kept, the others regenerate with the new settings",
     Stage.TRAIN: "training resumes from its newest checkpoint",
 }
+# Section fields that reach the running child without a restart (the deadline is patched), or
+# that a restart would not apply (the trainer account's annotations: set when it is created).
+_NOT_INPUTS = {"active_deadline_seconds", "service_account_annotations"}
 _PAIR_SEPARATOR = ","
 _HASH_SEPARATOR = ":"
 

@@ -107,20 +107,26 @@ def stage_queue(ctx: StageContext, stage: Stage) -> str | None:
 
 def pod_context(ctx: StageContext, stage: Stage, attempt: int | None) -> PodContext:
     extra_env: dict[str, str] = {}
-    service_account = None
+    placement = ctx.placements[stage]
+    # Stage pods never talk to the API server: an account only for a cloud identity (IRSA,
+    # Workload Identity), no token mounted.
+    service_account = ctx.spec.service_account_name or placement.pool.service_account_name
+    mount_token = False
     if stage == Stage.TRAIN:
         # The trainer patches its own run's status (data-contracts section 6).
         extra_env = {"DFLASH_RUN_NAME": ctx.run.name, "DFLASH_RUN_NAMESPACE": ctx.run.namespace}
         service_account = trainer_account_name(ctx.run.name)
+        mount_token = True
     return PodContext(
         run=ctx.run,
         spec=ctx.spec,
         stage=stage,
         attempt=attempt,
-        placement=ctx.placements[stage],
+        placement=placement,
         image=stage_image(ctx, stage),
         settings=ctx.settings.pod,
         service_account=service_account,
+        mount_token=mount_token,
         extra_env=extra_env,
     )
 

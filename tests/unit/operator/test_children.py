@@ -342,3 +342,56 @@ def test_the_config_hash_changes_with_the_thresholds_only_when_they_change(
     ]["annotations"]
     assert one == same
     assert one != other
+
+
+# --- identity, registries, the Hub ------------------------------------------------------------
+def test_the_hub_token_is_a_secret_reference_and_an_s3_target_loads_offline(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    token = {"hfTokenSecretRef": {"name": "hf", "key": "token"}}
+    hub = env_of(build(Stage.REGEN, **token))
+    assert hub["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert "HF_HUB_OFFLINE" not in hub
+    offline = env_of(build(Stage.TRAIN, target={"model": "s3://models/qwen3-8b/"}))
+    assert offline["HF_HUB_OFFLINE"] == offline["TRANSFORMERS_OFFLINE"] == "1"
+    assert "HF_TOKEN" not in offline
+    cleanup = env_of(build(Stage.CLEANUP, **token))
+    assert "HF_TOKEN" not in cleanup  # S3 only
+
+
+def test_image_pull_secrets_come_from_the_pool_and_the_spec(
+    pools: PoolsConfig, make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    from dflash_operator.pools import parse_pools
+
+    from .conftest import POOLS
+
+    raw = {**POOLS, "nodePools": {**POOLS["nodePools"]}}
+    raw["nodePools"]["b200"] = {**raw["nodePools"]["b200"], "imagePullSecrets": ["nvcr", "ghcr"]}
+    spec = parse_spec(make_spec(imagePullSecrets=[{"name": "ghcr"}, {"name": "team"}]))
+    config = parse_pools(raw)
+    placements, _ = place_stages(spec, build_pipeline(spec), config)
+    ctx = StageContext(RUN, spec, ROOT, placements, PlanSettings())
+    pod = pod_spec(build_stage_child(ctx, Stage.REGEN, 1, False))
+    assert pod["imagePullSecrets"] == [{"name": "nvcr"}, {"name": "ghcr"}, {"name": "team"}]
+    audit = pod_spec(build_stage_child(ctx, Stage.AUDIT_COMPLETIONS, 1, False))
+    assert audit["imagePullSecrets"] == [{"name": "ghcr"}, {"name": "team"}]
+
+
+def test_stage_pods_run_as_the_named_account_without_a_token_and_training_as_its_own(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    regen = pod_spec(build(Stage.REGEN, serviceAccountName="s3-reader"))
+    assert regen["serviceAccountName"] == "s3-reader"
+    assert regen["automountServiceAccountToken"] is False
+    train = pod_spec(build(Stage.TRAIN, serviceAccountName="s3-reader"))
+    assert train["serviceAccountName"] == "r1-trainer"
+    assert train["automountServiceAccountToken"] is True
+    plain = pod_spec(build(Stage.TOKENIZE))
+    assert "serviceAccountName" not in plain and plain["automountServiceAccountToken"] is False
+
+
+def test_the_trainer_account_carries_the_specs_annotations() -> None:
+    arn = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dflash"}
+    account, _role, _binding = build_trainer_access(RUN, arn)
+    assert account["metadata"]["annotations"] == arn
