@@ -49,7 +49,9 @@ def test_single_namespace_mode_runs_the_example_with_only_a_role_in_the_watched_
 ) -> None:
     release.install("--set", f"operator.watchNamespaces={{{release.namespace}}}")
     assert release.operator_env()["DFLASH_NAMESPACES"] == release.namespace
-    assert [o for o in release.owned([release.namespace]) if "clusterrolebinding" in o] == []
+    # Cluster-wide, only the read-only discovery binding (CRDs and namespaces, for kopf).
+    bindings = [o for o in release.owned([release.namespace]) if "clusterrolebinding" in o]
+    assert bindings == [f"clusterrolebindings.rbac.authorization.k8s.io/{release.name}-discovery"]
     role = release.get("role", release.name)
     assert {r["resources"][0] for r in role["rules"]} >= {"dflashruns", "jobs", "pytorchjobs"}
     harness = release.harness()

@@ -163,7 +163,9 @@ def test_single_namespace_mode_gives_rights_in_the_watched_namespaces_only(
         assert not can_i(release, verb, resource, "--all-namespaces")
     owned = release.owned([release.namespace, other_namespace])
     bindings = [o for o in owned if o.startswith("clusterrolebindings")]
-    assert bindings == [f"clusterrolebindings/{release.name}-discovery"], owned
+    assert bindings == [
+        f"clusterrolebindings.rbac.authorization.k8s.io/{release.name}-discovery"
+    ], owned
 
 
 def test_the_user_roles_give_editors_and_viewers_runs_and_nothing_else(
