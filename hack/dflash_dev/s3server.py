@@ -36,10 +36,12 @@ class S3Info:
     region: str
     bucket: str
     data_dir: str
+    # HTTPS servers (tests of on-prem S3 with a private CA): the CA that signed their cert.
+    ca_bundle: str | None = None
 
     def env(self) -> dict[str, str]:
         """What a process needs to reach this server through boto3 / dflash_trainer.storage."""
-        return {
+        env = {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
@@ -47,6 +49,9 @@ class S3Info:
             "DFLASH_S3_PATH_STYLE": "true",
             "DFLASH_S3_BUCKET": self.bucket,
         }
+        if self.ca_bundle:
+            env["AWS_CA_BUNDLE"] = self.ca_bundle
+        return env
 
     def client(self) -> Any:
         import boto3
@@ -59,15 +64,25 @@ class S3Info:
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5}),
+            verify=self.ca_bundle if self.ca_bundle else None,
         )
 
 
-def _state_dir() -> Path:
-    return state_root() / "s3"
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server certificate (PEM) and its key, and the CA (PEM) clients verify it with."""
+
+    cert: str
+    key: str
+    ca: str
 
 
-def _info_file() -> Path:
-    return _state_dir() / "s3.json"
+def _state_dir(name: str = NAME) -> Path:
+    return state_root() / name
+
+
+def _info_file(name: str = NAME) -> Path:
+    return _state_dir(name) / f"{name}.json"
 
 
 def weed_binary() -> Path:
@@ -83,14 +98,20 @@ def weed_binary() -> Path:
     return path
 
 
-def read_info() -> S3Info | None:
+def read_info(name: str = NAME) -> S3Info | None:
     try:
-        return S3Info(**json.loads(_info_file().read_text()))
+        return S3Info(**json.loads(_info_file(name).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 
 
 def is_healthy(info: S3Info) -> bool:
+    if info.ca_bundle:  # urllib would not trust the private CA; ask through boto3 below
+        try:
+            info.client().head_bucket(Bucket=info.bucket)
+            return True
+        except Exception:
+            return False
     try:
         with urllib.request.urlopen(f"{info.endpoint_url}/status", timeout=2) as resp:
             return bool(resp.status == 200)
@@ -103,26 +124,27 @@ def is_healthy(info: S3Info) -> bool:
             return False
 
 
-def status() -> S3Info | None:
+def status(name: str = NAME) -> S3Info | None:
     """The running server's info, or None when it is not up."""
-    info = read_info()
-    tracked = procs.read_tracked(_state_dir(), NAME)
+    info = read_info(name)
+    tracked = procs.read_tracked(_state_dir(name), name)
     if info is None or tracked is None or not tracked.is_alive():
         return None
     return info if is_healthy(info) else None
 
 
-def up(bucket: str = DEFAULT_BUCKET) -> S3Info:
-    """Start the server (or return the running one), with `bucket` created."""
-    running = status()
+def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None = None) -> S3Info:
+    """Start the server (or return the running one), with `bucket` created. `name` keeps a
+    second server apart (its own state); `tls` serves S3 over HTTPS only with that cert."""
+    running = status(name)
     if running is not None:
         return running
-    down()
-    state = _state_dir()
+    down(name)
+    state = _state_dir(name)
     state.mkdir(parents=True, exist_ok=True)
     data_dir = state / f"data-{int(time.time())}-{secrets.token_hex(3)}"
     data_dir.mkdir(parents=True)
-    s3_port, master, volume, filer, admin, webdav, metrics, debug = free_ports(8)
+    s3_port, master, volume, filer, admin, webdav, metrics, debug, https_port = free_ports(9)
     access_key = "dflash" + secrets.token_hex(4)
     secret_key = secrets.token_urlsafe(24)
     argv = [
@@ -143,28 +165,37 @@ def up(bucket: str = DEFAULT_BUCKET) -> S3Info:
         "-webdav=false",
         f"-bucket={bucket}",
     ]
+    scheme, port = "http", s3_port
+    if tls is not None:
+        argv += [
+            f"-s3.port.https={https_port}",
+            f"-s3.cert.file={tls.cert}",
+            f"-s3.key.file={tls.key}",
+        ]
+        scheme, port = "https", https_port
     env = dict(os.environ, AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key)
-    tracked = procs.start(state, NAME, argv, env=env, cwd=data_dir)
+    tracked = procs.start(state, name, argv, env=env, cwd=data_dir)
     info = S3Info(
-        endpoint_url=f"http://127.0.0.1:{s3_port}",
+        endpoint_url=f"{scheme}://127.0.0.1:{port}",
         access_key=access_key,
         secret_key=secret_key,
         region=REGION,
         bucket=bucket,
         data_dir=str(data_dir),
+        ca_bundle=tls.ca if tls is not None else None,
     )
-    _info_file().write_text(json.dumps(asdict(info)))
-    _info_file().chmod(0o600)
+    _info_file(name).write_text(json.dumps(asdict(info)))
+    _info_file(name).chmod(0o600)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if not tracked.is_alive():
             raise DevError(
                 f"the S3 server exited at start; last log lines:\n{procs.tail(tracked.log)}"
             )
-        if is_listening(s3_port) and _bucket_ready(info):
+        if is_listening(port) and _bucket_ready(info):
             return info
         time.sleep(0.3)
-    down()
+    down(name)
     raise DevError(
         f"the S3 server did not answer within {START_TIMEOUT_SECONDS:.0f}s; "
         f"last log lines:\n{procs.tail(tracked.log)}"
@@ -184,13 +215,13 @@ def _bucket_ready(info: S3Info) -> bool:
             return False
 
 
-def down() -> bool:
+def down(name: str = NAME) -> bool:
     """Stop the server and remove its data. True if one was running."""
-    info = read_info()
-    stopped = procs.stop(_state_dir(), NAME)
+    info = read_info(name)
+    stopped = procs.stop(_state_dir(name), name)
     if info is not None:
         shutil.rmtree(info.data_dir, ignore_errors=True)
-    _info_file().unlink(missing_ok=True)
+    _info_file(name).unlink(missing_ok=True)
     return stopped
 
 

@@ -193,6 +193,8 @@ class S3Settings:
     endpoint_url: str | None
     region: str
     path_style: bool
+    # AWS_CA_BUNDLE (on-prem S3 with a private CA): boto3 reads it when the client is made.
+    ca_bundle: str | None = None
     # Part of the identity (a changed Secret means a new client), never printed.
     credentials_digest: str = field(default="", repr=False)
 
@@ -209,6 +211,7 @@ class S3Settings:
             or os.environ.get("AWS_DEFAULT_REGION")
             or "us-east-1",
             path_style=style in {"true", "1"},
+            ca_bundle=os.environ.get("AWS_CA_BUNDLE") or None,
             credentials_digest=sha256_bytes(
                 "\0".join(
                     os.environ.get(k, "")

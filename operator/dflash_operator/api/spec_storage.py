@@ -111,6 +111,29 @@ class HfTokenSecretRef(ApiModel):
     )
 
 
+DEFAULT_CA_KEY = "ca.crt"
+
+
+class CaBundleRef(ApiModel):
+    """A PEM CA bundle in a ConfigMap or a Secret of the run's namespace."""
+
+    rules = (
+        Rule(
+            rule="has(self.configMapName) != has(self.secretName)",
+            message="name exactly one of configMapName and secretName",
+            check=lambda ref: (ref.config_map_name is None) != (ref.secret_name is None),
+        ),
+    )
+
+    config_map_name: DnsSubdomain | None = Field(
+        default=None, description="ConfigMap holding the bundle (a CA is not secret)."
+    )
+    secret_name: DnsSubdomain | None = Field(
+        default=None, description="Secret holding the bundle, where policy wants one."
+    )
+    key: SecretKeyName = Field(default=DEFAULT_CA_KEY, description="Key of the PEM bundle.")
+
+
 class LocalObjectReference(ApiModel):
     """A `v1.LocalObjectReference`: an object of the run's namespace, by name."""
 
@@ -182,6 +205,14 @@ class StorageSpec(ApiModel):
         description=(
             "Secret with the S3 credentials, passed to pods as environment variables. "
             "Unset: pods use their ambient credentials (e.g. IRSA or workload identity)."
+        ),
+    )
+    ca_bundle: CaBundleRef | None = Field(
+        default=None,
+        description=(
+            "CA bundle (PEM) that signed the S3 endpoint's certificate, for on-prem S3 with a "
+            "private CA: mounted read-only in every stage pod, and AWS_CA_BUNDLE points at it. "
+            "Unset: the image's system CAs."
         ),
     )
     cleanup_policy: CleanupPolicy = Field(

@@ -18,6 +18,9 @@ from dflash_operator.config import DEFAULT_RUN_AS_USER
 from dflash_operator.plan.placement import Placement
 
 TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir of the pod, the only writable path
+# Where the S3 CA bundle (spec.storage.caBundle) is mounted, and the file AWS_CA_BUNDLE names.
+CA_DIR = "/etc/dflash-ca"
+CA_FILE = "ca.crt"
 SHM_DIR = "/dev/shm"  # noqa: S108 - a memory-backed emptyDir for NCCL, not a temp file
 # Kueue reads the queue from this label on the workload.
 # NCCL: fail fast instead of hanging on a dead peer, and say why at WARN level.
@@ -105,6 +108,8 @@ def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
         env.append({"name": "AWS_ENDPOINT_URL", "value": storage.endpoint})
     if storage.region:
         env.append({"name": "AWS_REGION", "value": storage.region})
+    if storage.ca_bundle is not None:
+        env.append({"name": "AWS_CA_BUNDLE", "value": f"{CA_DIR}/{CA_FILE}"})
     ref = storage.credentials_secret_ref
     if ref is not None:
         for name, key in (
@@ -173,6 +178,16 @@ def build_volumes(ctx: PodContext) -> tuple[list[dict[str, Any]], list[dict[str,
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": TMP_DIR},
     ]
+    ca = ctx.spec.storage.ca_bundle
+    if ca is not None:
+        items = [{"key": ca.key, "path": CA_FILE}]
+        source: dict[str, Any] = (
+            {"configMap": {"name": ca.config_map_name, "items": items}}
+            if ca.config_map_name
+            else {"secret": {"secretName": ca.secret_name, "items": items}}
+        )
+        volumes.append({"name": "s3-ca", **source})
+        mounts.append({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": True})
     if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
         shm: dict[str, Any] = {"medium": "Memory"}
         if ctx.placement.pool.shm_size:

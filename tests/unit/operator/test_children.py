@@ -395,3 +395,35 @@ def test_the_trainer_account_carries_the_specs_annotations() -> None:
     arn = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dflash"}
     account, _role, _binding = build_trainer_access(RUN, arn)
     assert account["metadata"]["annotations"] == arn
+
+
+def test_a_ca_bundle_is_mounted_in_every_stage_pod_and_named_by_aws_ca_bundle(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    storage = {"bucket": "artifacts", "caBundle": {"configMapName": "corp-ca", "key": "bundle.pem"}}
+    for stage in (Stage.REGEN, Stage.TRAIN, Stage.CLEANUP):
+        manifest = build(stage, storage=storage)
+        pod = pod_spec(manifest)
+        volume = next(v for v in pod["volumes"] if v["name"] == "s3-ca")
+        assert volume["configMap"] == {
+            "name": "corp-ca",
+            "items": [{"key": "bundle.pem", "path": "ca.crt"}],
+        }
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "s3-ca")
+        assert mount == {"name": "s3-ca", "mountPath": "/etc/dflash-ca", "readOnly": True}
+        assert env_of(manifest)["AWS_CA_BUNDLE"] == "/etc/dflash-ca/ca.crt"
+    secret = pod_spec(
+        build(Stage.REGEN, storage={"bucket": "artifacts", "caBundle": {"secretName": "ca"}})
+    )
+    volume = next(v for v in secret["volumes"] if v["name"] == "s3-ca")
+    assert volume["secret"]["secretName"] == "ca"
+
+
+@pytest.mark.parametrize("bundle", [{}, {"configMapName": "a", "secretName": "b"}])
+def test_a_ca_bundle_names_exactly_one_source(
+    make_spec: Callable[..., dict[str, Any]], bundle: dict[str, str]
+) -> None:
+    from dflash_operator.api.validation import SpecError
+
+    with pytest.raises(SpecError, match="name exactly one of configMapName and secretName"):
+        parse_spec(make_spec(storage={"bucket": "artifacts", "caBundle": bundle}))
