@@ -67,6 +67,36 @@ def register_run_phases(phases: Callable[[], Mapping[str, str | None]]) -> None:
     REGISTRY.register(_phase_collector)
 
 
+class RunGpuHoursCollector(Collector):
+    """`dflash_run_gpu_hours{namespace,run}`: status.gpuHours.total of each run, at scrape."""
+
+    def __init__(self, hours: Callable[[], Mapping[str, float]]) -> None:
+        self._hours = hours
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "dflash_run_gpu_hours",
+            "GPU-hours the run's pods held (status.gpuHours.total).",
+            labels=["namespace", "run"],
+        )
+        for key, value in sorted(self._hours().items()):
+            namespace, _, name = key.partition("/")
+            family.add_metric([namespace, name], value)
+        yield family
+
+
+_gpu_collector: RunGpuHoursCollector | None = None
+
+
+def register_run_gpu_hours(hours: Callable[[], Mapping[str, float]]) -> None:
+    """Export each run's GPU-hours from `hours()` (run key -> hours) at every scrape."""
+    global _gpu_collector  # one collector per process
+    if _gpu_collector is not None:
+        REGISTRY.unregister(_gpu_collector)
+    _gpu_collector = RunGpuHoursCollector(hours)
+    REGISTRY.register(_gpu_collector)
+
+
 def serve(port: int, address: str) -> None:
     """Serve /metrics in a background thread (0 disables it)."""
     if port:

@@ -24,6 +24,9 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 ANNOTATION_RETRY = f"{GROUP}/retry"
 # Set by the user to accept a failed audit gate: "<gate>@<generation>[,<gate>@<generation>]".
 ANNOTATION_APPROVE_AUDIT = f"{GROUP}/approve-audit"
+# Set by the user: GPU-hours granted on top of spec.budget.maxGpuHours (resumes a run the
+# budget stopped without editing its spec, e.g. from a GitOps-managed run).
+ANNOTATION_EXTRA_GPU_HOURS = f"{GROUP}/extra-gpu-hours"
 # Put by the operator on every child it creates.
 LABEL_RUN = f"{GROUP}/run"
 LABEL_STAGE = f"{GROUP}/stage"
@@ -142,6 +145,7 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     DATA_AUDIT_PASSED = "DataAuditPassed"
     CLEANED_UP = "CleanedUp"
+    BUDGET_EXCEEDED = "BudgetExceeded"
 
 
 CONDITION_MEANINGS: dict[ConditionType, str] = {
@@ -154,6 +158,10 @@ CONDITION_MEANINGS: dict[ConditionType, str] = {
     ConditionType.TRAINED: "Training finished and the drafter was exported.",
     ConditionType.EVALUATED: "Acceptance length was measured.",
     ConditionType.SUSPENDED: "True while spec.suspend holds the run.",
+    ConditionType.BUDGET_EXCEEDED: (
+        "Only with spec.budget.maxGpuHours: True while the run's GPU-hours reached its budget "
+        "and its running stage is suspended; False once the budget was raised."
+    ),
     ConditionType.ADMITTED: (
         "Only when a Kueue queue applies to the current stage: False (Queued) while Kueue "
         "holds its Job / PyTorchJob, with Kueue's own message (ClusterQueue, missing quota); "
@@ -206,6 +214,8 @@ class Reason(StrEnum):
     RESUMED = "Resumed"
     NOT_SUSPENDED = "NotSuspended"
     QUEUED = "Queued"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    WITHIN_BUDGET = "WithinBudget"
     ADMITTED = "Admitted"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     TRAINING_RESUMED = "TrainingResumed"
@@ -266,6 +276,14 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.RESUMED: "spec.suspend is false: resuming {stage}",
     Reason.NOT_SUSPENDED: "The run is not suspended",
     Reason.QUEUED: "{stage} waits in Kueue LocalQueue {queue}: {why}",
+    Reason.BUDGET_EXCEEDED: (
+        "The run used {used:.2f} of its {budget:g} GPU-hours (spec.budget.maxGpuHours plus "
+        "annotation " + ANNOTATION_EXTRA_GPU_HOURS + "): {stage} is suspended, keeping all "
+        "committed output. Raise the budget, or: kubectl annotate dfr {run} "
+        + ANNOTATION_EXTRA_GPU_HOURS
+        + "=<hours> --overwrite"
+    ),
+    Reason.WITHIN_BUDGET: "The run used {used:.2f} of its {budget:g} GPU-hours",
     Reason.DEADLINE_EXCEEDED: (
         "The run exceeded spec.activeDeadlineSeconds={seconds} (started {started}) in stage "
         "{stage}; its running pods were stopped. Raise the deadline, then retry with: "

@@ -59,6 +59,8 @@ PRINTER_COLUMNS: list[JsonObj] = [
      "description": "Recent training loss."},
     {"name": "Checkpoint", "type": "integer", "jsonPath": ".status.checkpoint.step",
      "description": "Step of the newest committed checkpoint."},
+    {"name": "GPU-h", "type": "number", "jsonPath": ".status.gpuHours.total",
+     "description": "GPU-hours the run's pods held, retries included."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Target", "type": "string", "jsonPath": ".spec.target.model", "priority": 1,
      "description": "The target model."},

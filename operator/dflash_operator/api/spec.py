@@ -48,6 +48,7 @@ STAGE_SECTIONS: dict[Stage, str] = {
 }
 
 MAX_PULL_SECRETS = 16
+MAX_GPU_HOURS = 10_000_000
 
 # 30 days: the longest a finished run's children may linger before cleanup.
 MAX_TTL_SECONDS = 30 * 24 * 3600
@@ -56,6 +57,21 @@ MAX_TTL_SECONDS = 30 * 24 * 3600
 def _regenerated_only(spec: DFlashRunSpec) -> bool:
     return spec.regeneration.enabled or all(
         source.format == SourceFormat.REGENERATED for source in spec.data.sources
+    )
+
+
+class BudgetSpec(ApiModel):
+    """What the run may spend."""
+
+    max_gpu_hours: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_GPU_HOURS,
+        description=(
+            "GPU-hours (requested GPUs x pod wall time, retries included) the run may use. "
+            "Reached: the running stage is suspended (condition BudgetExceeded) until the budget "
+            "is raised or annotation dflash.dev/extra-gpu-hours adds to it. Unset: no limit."
+        ),
     )
 
 
@@ -159,6 +175,7 @@ class DFlashRunSpec(ApiModel):
     priority_class_name: DnsSubdomain | None = Field(
         default=None, description="PriorityClass of the run's pods. Unset: the cluster default."
     )
+    budget: BudgetSpec = nested(BudgetSpec, "GPU-hour budget of the run. Editable at any time.")
     hf_token_secret_ref: HfTokenSecretRef | None = Field(
         default=None,
         description=(

@@ -19,6 +19,7 @@ from dflash_operator.api.status_parts import (
     CheckpointStatus,
     ChildRef,
     Condition,
+    GpuHours,
     StageProgress,
     StatusModel,
     Timestamp,
@@ -99,6 +100,9 @@ class DFlashRunStatus(StatusModel):
         default=None,
         max_length=MAX_RETRY_TOKEN_LENGTH,
         description="Value of annotation dflash.dev/retry last acted on.",
+    )
+    gpu_hours: GpuHours | None = Field(
+        default=None, description="GPU-hours the run's pods held, per stage and in total."
     )
 
     def condition(self, type_: ConditionType) -> Condition | None:

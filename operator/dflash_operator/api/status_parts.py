@@ -249,3 +249,24 @@ class Approval(StatusModel):
     gate: Gate = Field(description="The gate accepted.")
     generation: int = Field(ge=0, description="The generation named in the annotation.")
     time: Timestamp | None = Field(default=None, description="When the operator applied it.")
+
+
+class GpuHours(StatusModel):
+    """GPUs held by the run's pods: requested GPUs x wall time of each pod from its start to
+    its end (now, while it runs), every attempt and retry included."""
+
+    total: float = Field(default=0.0, ge=0, description="GPU-hours of the whole run.")
+    by_stage: dict[str, float] | None = Field(
+        default=None, description="GPU-hours per stage, e.g. {regen: 412.5, train: 3120.0}."
+    )
+    by_attempt: dict[str, float] | None = Field(
+        default=None,
+        description=(
+            "GPU-hours per <stage>-<attempt> (the largest value seen while its pods existed: "
+            "what pods that are gone used is never forgotten)."
+        ),
+    )
+    updated_at: Timestamp | None = Field(
+        default=None,
+        description="When the running pods' share was last added (at most every 5 minutes).",
+    )

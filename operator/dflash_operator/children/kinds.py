@@ -321,4 +321,20 @@ def summarize_pod(body: Body) -> PodView | None:
         last_failure=_termination(main.get("lastState")),
         restarts=int(main.get("restartCount") or 0),
         replica_type=labels.get(REPLICA_TYPE_LABEL),
+        gpus=_requested_gpus(body),
+        started_at=_time(status.get("startTime")),
     )
+
+
+def _requested_gpus(body: Body) -> float:
+    """GPUs the pod's containers request: any extended resource named `<vendor>/gpu`."""
+    total = 0.0
+    for container in (body.get("spec") or {}).get("containers") or ():
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for name, value in requests.items():
+            if name.endswith("/gpu"):
+                try:
+                    total += float(value)
+                except (TypeError, ValueError):
+                    continue
+    return total

@@ -5,7 +5,7 @@ owning run on every change. Async and pure computation: no API calls, no threads
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 
@@ -68,14 +68,23 @@ async def dflash_runs(
     return {(namespace, name): build_run_entry(status, meta)}
 
 
-def build_run_entry(status: Any, meta: Any) -> tuple[str | None, bool]:
-    """(phase, whether status.observedGeneration is behind metadata.generation)."""
+class RunEntry(NamedTuple):
+    """What the resync loop and the per-run metrics need of a run."""
+
+    phase: str | None
+    lagging: bool  # status.observedGeneration is behind metadata.generation
+    gpu_hours: float = 0.0
+
+
+def build_run_entry(status: Any, meta: Any) -> RunEntry:
     observed = status.get("observedGeneration")
     generation = meta.get("generation")
     lagging = isinstance(generation, int) and (
         not isinstance(observed, int) or observed < generation
     )
-    return status.get("phase"), lagging
+    total = (status.get("gpuHours") or {}).get("total")
+    hours = float(total) if isinstance(total, int | float) else 0.0
+    return RunEntry(status.get("phase"), lagging, hours)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=OURS)

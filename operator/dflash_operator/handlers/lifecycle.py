@@ -15,6 +15,7 @@ from dflash_operator.api.constants import GROUP, Phase
 from dflash_operator.children.meta import CHILD_SELECTOR
 from dflash_operator.children.pod import PodSettings
 from dflash_operator.config import ConfigError, OperatorConfig, load_config
+from dflash_operator.handlers.children import RunEntry
 from dflash_operator.plan.stages import PlanSettings
 from dflash_operator.pools import PoolsConfig, PoolsError, load_pools
 from dflash_operator.runtime.cleanup import CleanupRunner
@@ -93,21 +94,25 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> No
     indices = {name: kwargs[name] for name in (*CHILD_INDEXES, POD_INDEX, RUNS_INDEX)}
     runs = indices[RUNS_INDEX]
 
-    def entries() -> dict[str, tuple[str | None, bool]]:
+    def entries() -> dict[str, RunEntry]:
         found = snapshot(lambda: [(key, tuple(values)) for key, values in runs.items()])
-        return {run_key(*key): next(iter(values), (None, False)) for key, values in found}
+        return {run_key(*key): next(iter(values), RunEntry(None, False)) for key, values in found}
 
     def phases() -> dict[str, str | None]:
-        return {key: phase for key, (phase, _lagging) in entries().items()}
+        return {key: entry.phase for key, entry in entries().items()}
+
+    def gpu_hours() -> dict[str, float]:
+        return {key: entry.gpu_hours for key, entry in entries().items() if entry.gpu_hours}
 
     def live_runs() -> list[str]:
-        return [key for key, entry in entries().items() if needs_resync(*entry)]
+        return [key for key, entry in entries().items() if needs_resync(entry.phase, entry.lagging)]
 
     reconciler = Reconciler(kube, Observer(indices, kube), pools, plan_settings)
     memo.controller = Controller(reconciler, config.workers, config.resync_seconds, live_runs)
     memo.cleanup = CleanupRunner(kube, pools, plan_settings, config.cleanup_timeout)
     memo.controller.start()
     metrics.register_run_phases(phases)
+    metrics.register_run_gpu_hours(gpu_hours)
     metrics.serve(config.metrics_port, config.bind_address)
     log.info(
         "dflash-operator started: %s, pools %s, %d workers",

@@ -29,6 +29,7 @@ WARNING_REASONS = frozenset(
         Reason.STAGE_FAILED,
         Reason.RETRIES_EXHAUSTED,
         Reason.DEADLINE_EXCEEDED,
+        Reason.BUDGET_EXCEEDED,
         Reason.CHILD_LOST,
         Reason.CHILD_CREATE_FAILED,
         Reason.TRAINING_OPERATOR_MISSING,

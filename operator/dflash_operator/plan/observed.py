@@ -84,6 +84,9 @@ class PodView:
     # lastState.terminated: the previous crash of a container restarted in place (OnFailure).
     last_failure: Termination | None = None
     restarts: int = 0
+    # GPUs its containers request (any `<vendor>/gpu` resource), and status.startTime.
+    gpus: float = 0.0
+    started_at: datetime | None = None
     replica_type: str | None = None
 
 

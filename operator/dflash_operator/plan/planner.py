@@ -5,6 +5,7 @@ a plan already carried out asks for nothing more.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from dflash_operator.api.annotations import AuditApproval
 from dflash_operator.api.constants import (
+    ANNOTATION_EXTRA_GPU_HOURS,
     STAGE_CONDITIONS,
     STAGE_PHASES,
     ConditionStatus,
@@ -36,7 +38,7 @@ from dflash_operator.children.meta import (
     build_run_root,
 )
 from dflash_operator.children.rbac import build_trainer_access
-from dflash_operator.plan import outcomes
+from dflash_operator.plan import gpu_hours, outcomes
 from dflash_operator.plan.actions import (
     ApplyConfig,
     CreateChild,
@@ -118,8 +120,14 @@ def plan(inp: PlanInput) -> Plan:
         parse_status(inp.body.get("status")), generation=meta.generation or 0, now=inp.now
     )
     observed = inp.observed.owned_by(meta.uid)
+    used = gpu_hours.account(draft, observed)
     retry, retry_problem = parse_retry(meta.annotations, draft.status.retry_token)
     spec, problem = _parse_spec(inp.body.get("spec"), meta.name)
+    budget = _budget(spec, meta.annotations) if spec is not None else None
+    over_budget = budget is not None and used >= budget
+    if spec is not None and over_budget and not spec.suspend:
+        # Out of GPU-hours: the run behaves as suspended (children stopped, output kept).
+        spec = spec.model_copy(update={"suspend": True})
 
     if draft.status.phase == Phase.SUCCEEDED or (
         draft.status.phase == Phase.FAILED and retry is None
@@ -185,7 +193,10 @@ def plan(inp: PlanInput) -> Plan:
     ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
     if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
-    _sync_suspension(ctx, draft, current)
+    budget_message = _budget_message(used, budget, over_budget, current, run)
+    _sync_suspension(ctx, draft, current, budget_message)
+    if budget is not None:
+        _sync_budget_condition(draft, budget, budget_message)
     if current is not None:
         condition = draft.condition(STAGE_CONDITIONS[current])
         draft.edit_pending = condition is not None and condition.reason == Reason.SPEC_CHANGED
@@ -512,16 +523,57 @@ def _succeed(draft: Draft, evaluated: bool) -> None:
     draft.status.progress = f"acceptance {acceptance:.2f}" if acceptance is not None else "done"
 
 
-def _sync_suspension(ctx: StageContext, draft: Draft, current: Stage | None) -> None:
+def _budget(spec: DFlashRunSpec, annotations: Mapping[str, str]) -> float | None:
+    """spec.budget.maxGpuHours plus the extra-gpu-hours annotation (None: no budget)."""
+    limit = spec.budget.max_gpu_hours
+    if limit is None:
+        return None
+    try:
+        extra = float(annotations.get(ANNOTATION_EXTRA_GPU_HOURS, "0"))
+    except ValueError:
+        extra = 0.0
+    return limit + max(extra, 0.0) if math.isfinite(extra) else limit
+
+
+def _budget_message(
+    used: float, budget: float | None, over: bool, current: Stage | None, run: RunRef
+) -> str | None:
+    """Why the budget stopped the run (None: it did not). `used` is as of now: once stopped,
+    no pod adds to it, so the message is stable."""
+    if budget is None or not over:
+        return None
+    return Reason.BUDGET_EXCEEDED.message(
+        used=used, budget=budget, stage=current.value if current else "the run", run=run.name
+    )
+
+
+def _sync_budget_condition(draft: Draft, budget: float, over_message: str | None) -> None:
+    if over_message is not None:
+        draft.set_condition(
+            ConditionType.BUDGET_EXCEEDED, ConditionStatus.TRUE, Reason.BUDGET_EXCEEDED,
+            over_message, announce=False,
+        )  # fmt: skip
+        return
+    # The status total (written at most every 5 minutes), not the live one: no write per pass.
+    used = draft.status.gpu_hours.total if draft.status.gpu_hours else 0.0
+    draft.set_condition(
+        ConditionType.BUDGET_EXCEEDED, ConditionStatus.FALSE, Reason.WITHIN_BUDGET,
+        Reason.WITHIN_BUDGET.message(used=used, budget=budget), announce=False,
+    )  # fmt: skip
+
+
+def _sync_suspension(
+    ctx: StageContext, draft: Draft, current: Stage | None, budget_message: str | None = None
+) -> None:
+    """The Suspended condition and phase: spec.suspend, or a GPU-hour budget that ran out."""
     if draft.status.phase is not None and draft.status.phase.is_terminal():
         return
     label = current.value if current else "the run"
     condition = draft.condition(ConditionType.SUSPENDED)
     if ctx.spec.suspend:
-        message = Reason.SUSPENDED.message(stage=label)
-        draft.set_condition(
-            ConditionType.SUSPENDED, ConditionStatus.TRUE, Reason.SUSPENDED, message
-        )
+        reason = Reason.BUDGET_EXCEEDED if budget_message else Reason.SUSPENDED
+        message = budget_message or Reason.SUSPENDED.message(stage=label)
+        draft.set_condition(ConditionType.SUSPENDED, ConditionStatus.TRUE, reason, message)
         draft.set_phase(Phase.SUSPENDED, message)
     elif condition is not None and condition.status == ConditionStatus.TRUE:
         draft.set_condition(

@@ -85,4 +85,10 @@ def test_resync_visits_unfinished_runs_and_finished_runs_whose_status_lags(
 def test_the_runs_index_says_whether_status_lags_the_spec(
     status: dict[str, Any], meta: dict[str, Any], expected: tuple[str | None, bool]
 ) -> None:
-    assert build_run_entry(status, meta) == expected
+    entry = build_run_entry(status, meta)
+    assert (entry.phase, entry.lagging) == expected
+
+
+def test_the_runs_index_carries_the_runs_gpu_hours_for_the_metric() -> None:
+    assert build_run_entry({"gpuHours": {"total": 12.5}}, {}).gpu_hours == 12.5
+    assert build_run_entry({"gpuHours": {"total": "x"}}, {}).gpu_hours == 0.0
