@@ -123,18 +123,12 @@ def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
 
 
 def build_hf_env(ctx: PodContext) -> list[dict[str, Any]]:
-    """The Hugging Face token as a reference to its Secret (stages that load the target or its
-    tokenizer); offline mode when the target is not on the Hub."""
-    if ctx.stage in (Stage.CLEANUP, Stage.PRUNE):
-        return []
-    env: list[dict[str, Any]] = []
-    if not is_hub_model(ctx.spec.target.model):
-        env += [{"name": name, "value": "1"} for name in OFFLINE_ENV]
+    """The Hugging Face token, as a reference to its Secret, for the stages that load the target
+    or its tokenizer (not the S3 cleanup Jobs)."""
     ref = ctx.spec.hf_token_secret_ref
-    if ref is not None:
-        selector = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
-        env.append({"name": "HF_TOKEN", "valueFrom": selector})
-    return env
+    if ref is None or ctx.stage in (Stage.CLEANUP, Stage.PRUNE):
+        return []
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
 
 
 def is_hub_model(uri: str) -> bool:
@@ -144,6 +138,8 @@ def is_hub_model(uri: str) -> bool:
 def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3 and the Hub."""
     plain = dict(CACHE_ENV)
+    if not is_hub_model(ctx.spec.target.model) and ctx.stage not in (Stage.CLEANUP, Stage.PRUNE):
+        plain.update(dict.fromkeys(OFFLINE_ENV, "1"))
     if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
         plain.update(NCCL_ENV)
     if pvc_claims(ctx.spec):
@@ -151,7 +147,9 @@ def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     plain.update(ctx.placement.pool.env)
     plain.update(ctx.extra_env)
     env = [{"name": name, "value": value} for name, value in plain.items()]
-    return env + build_s3_env(ctx) + build_hf_env(ctx)
+    # One entry per name (the API server refuses duplicates): references win over plain values.
+    by_name = {item["name"]: item for item in [*env, *build_s3_env(ctx), *build_hf_env(ctx)]}
+    return list(by_name.values())
 
 
 def build_pod_resources(ctx: PodContext) -> dict[str, Any]:

@@ -427,3 +427,29 @@ def test_a_ca_bundle_names_exactly_one_source(
 
     with pytest.raises(SpecError, match="name exactly one of configMapName and secretName"):
         parse_spec(make_spec(storage={"bucket": "artifacts", "caBundle": bundle}))
+
+
+def test_pool_env_and_offline_mode_never_duplicate_an_env_name(
+    pools: PoolsConfig, make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """The API server refuses a pod with two env entries of one name (the demo's pool sets
+    HF_HUB_OFFLINE itself)."""
+    from dflash_operator.pools import parse_pools
+
+    from .conftest import POOLS
+
+    raw = {**POOLS, "nodePools": {**POOLS["nodePools"]}}
+    raw["nodePools"]["rtx-pro-6000"] = {
+        **raw["nodePools"]["rtx-pro-6000"],
+        "env": {"HF_HUB_OFFLINE": "1", "HF_TOKEN": "from-the-pool"},
+    }
+    spec = parse_spec(
+        make_spec(target={"model": "s3://models/qwen/"}, hfTokenSecretRef={"name": "hf"})
+    )
+    placements, _ = place_stages(spec, build_pipeline(spec), parse_pools(raw))
+    ctx = StageContext(RUN, spec, ROOT, placements, PlanSettings())
+    env = pod_spec(build_stage_child(ctx, Stage.TRAIN, 1, False))["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names)), names
+    token = next(e for e in env if e["name"] == "HF_TOKEN")
+    assert "valueFrom" in token  # the Secret reference wins over a plain value
