@@ -70,6 +70,13 @@ class PoolResources(PoolModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
 
+class PoolThroughput(PoolModel):
+    """Measured per-GPU throughput of the pool, for the GPU-hours a stopped run saved."""
+
+    regeneration_tokens_per_gpu_second: float | None = Field(default=None, gt=0)
+    training_tokens_per_gpu_second: float | None = Field(default=None, gt=0)
+
+
 class NodePool(PoolModel):
     """Where and how a stage's pods run."""
 
@@ -91,6 +98,8 @@ class NodePool(PoolModel):
     add_capabilities: tuple[str, ...] = ()
     # Requests and limits of stage pods: `default` (all stages), or a section's name.
     resources: dict[str, PoolResources] = Field(default_factory=dict)
+    # Per-GPU throughput (the estimate of what a gate saved); unset: the operator's defaults.
+    throughput: PoolThroughput = Field(default_factory=PoolThroughput)
     # Secrets (in each run's namespace) to pull stage images with, by name.
     image_pull_secrets: tuple[str, ...] = ()
     # ServiceAccount (in each run's namespace) of the pool's stage pods but training's, for a

@@ -216,6 +216,7 @@ class Reason(StrEnum):
     QUEUED = "Queued"
     BUDGET_EXCEEDED = "BudgetExceeded"
     WITHIN_BUDGET = "WithinBudget"
+    GPU_HOURS_SAVED = "GpuHoursSaved"
     ADMITTED = "Admitted"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     TRAINING_RESUMED = "TrainingResumed"
@@ -284,6 +285,10 @@ _REASON_TEMPLATES: dict[Reason, str] = {
         + "=<hours> --overwrite"
     ),
     Reason.WITHIN_BUDGET: "The run used {used:.2f} of its {budget:g} GPU-hours",
+    Reason.GPU_HOURS_SAVED: (
+        "The {gate} gate stopped the run before {stages}: about {hours:,.0f} GPU-hours not "
+        "spent (estimate: {basis})"
+    ),
     Reason.DEADLINE_EXCEEDED: (
         "The run exceeded spec.activeDeadlineSeconds={seconds} (started {started}) in stage "
         "{stage}; its running pods were stopped. Raise the deadline, then retry with: "

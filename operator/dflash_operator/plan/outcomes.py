@@ -26,7 +26,7 @@ from dflash_operator.api.status_parts import (
     AuditViolation,
     StageProgress,
 )
-from dflash_operator.plan import results
+from dflash_operator.plan import results, savings
 from dflash_operator.plan.draft import Draft
 from dflash_operator.plan.observed import ChildView, PodView, WorkloadView
 from dflash_operator.plan.stages import STAGE_GATES, StageContext, stage_retry_limit
@@ -290,6 +290,15 @@ def record_audit(
     )
     draft.gate_failures.append(gate)
     draft.set_phase(Phase.AUDIT_FAILED, message)
+    saving = savings.estimate(ctx, draft, stage)
+    if saving is not None:
+        draft.event(
+            Reason.GPU_HOURS_SAVED,
+            Reason.GPU_HOURS_SAVED.message(
+                gate=gate.value, stages=", ".join(s.value for s in saving.stages),
+                hours=saving.gpu_hours, basis=saving.basis,
+            ),
+        )  # fmt: skip
     return False
 
 

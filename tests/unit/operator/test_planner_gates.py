@@ -227,3 +227,31 @@ def test_an_audit_that_crashed_fails_the_run_instead_of_blocking_it(
     assert world.status["phase"] == "Failed"
     assert world.condition("Failed")["reason"] == "RetriesExhausted"
     assert "MemoryError" in world.condition("Failed")["message"]
+
+
+def test_a_stopping_gate_says_how_many_gpu_hours_it_saved(sim: Callable[..., Any]) -> None:
+    """regen measured 3600 samples x 6 output tokens; training is 6 epochs on the rtx pool
+    (GPU stages after the gate: train, eval) at the operator's default throughputs."""
+    world = blocked_at_completions(sim)
+    saved = [m for r, m in world.events() if r == "GpuHoursSaved"]
+    assert len(saved) == 1, world.events()
+    assert saved[0].startswith("The completions gate stopped the run before train")
+    assert "3,600 samples x 6 output tokens" in saved[0]
+    # 6 epochs x 3600 x 6 / 0.7 tokens at 4000/s, plus evaluation's 128 x 256 at 1500/s.
+    expected = 6 * 3600 * 6 / 0.7 / 4000 / 3600 + 128 * 256 / 1500 / 3600
+    assert f"about {expected:,.0f} GPU-hours" in saved[0]
+
+
+def test_the_saving_of_a_realistic_run_is_its_training_cost(sim: Callable[..., Any]) -> None:
+    world = sim()
+    world.step()
+    big = {"stage": "regenerate", "ok": True, "samples": 225_000, "outputTokens": 270_000_000}
+    world.finish("r1-regen", result=big, pods=4)
+    world.settle()
+    world.finish("r1-audit-completions", ok=False, result=STUB_FAIL, exit_code=3,
+                 message="PodFailurePolicy: exit code 3")  # fmt: skip
+    world.settle()
+    (saved,) = [m for r, m in world.events() if r == "GpuHoursSaved"]
+    # 900k samples x 1200 tokens, 6 epochs, sequences 1/0.7 of the completion, 4000 tokens/s.
+    assert "900,000 samples x 1,200 output tokens" in saved
+    assert "about 643 GPU-hours not spent" in saved
