@@ -12,7 +12,7 @@ from dflash_dev.kube_wait import get_json, wait_for
 def test_a_run_out_of_gpu_hours_is_suspended_and_resumes_when_granted_more(
     harness: Any, make_spec: Any
 ) -> None:
-    harness.start_operator()
+    operator = harness.start_operator()
     harness.apply_run("r1", make_spec(budget={"maxGpuHours": 0.001}))  # 3.6 GPU-seconds
     pods = harness.running_pods("r1-regen", 2)
     assert all(
@@ -31,6 +31,8 @@ def test_a_run_out_of_gpu_hours_is_suspended_and_resumes_when_granted_more(
         ),
     )
     wait_for("its pods to go", lambda: not harness.running_pods_now("r1-regen"))
+    exported = f'dflash_run_gpu_hours{{namespace="{harness.namespace}",run="r1"}}'
+    wait_for("the run's GPU-hours in /metrics", lambda: exported in operator.metrics())
 
     harness.annotate("r1", "dflash.dev/extra-gpu-hours", "100")
     harness.wait_phase("r1", "Regenerating")
