@@ -16,7 +16,10 @@ MAX_RESOURCES = 16
 
 _NO_GPU_KEY = Rule(
     rule=f"!('{GPU_RESOURCE}' in self)",
-    message=f"{GPU_RESOURCE} comes from the stage's GPU settings and the node pool; remove it here",
+    message=(
+        f"{GPU_RESOURCE} comes from the stage's GPU settings (training.gpusPerNode, "
+        "regeneration.tensorParallel) and the node pool; remove it here"
+    ),
     check=lambda resources: GPU_RESOURCE not in resources,
 )
 
