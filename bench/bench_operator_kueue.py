@@ -31,8 +31,8 @@ HELD_QUEUE = "bench-held"
 
 
 def queue_objects(name: str, namespace: str, held: bool) -> list[dict[str, Any]]:
-    """A ClusterQueue (held or not) with CPU quota on a flavor without node labels, and its
-    LocalQueue."""
+    """A ClusterQueue (held or not) with CPU, memory and disk quota on a flavor without node
+    labels, and its LocalQueue."""
     return [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": "bench-any"}, "spec": {}},
@@ -41,8 +41,13 @@ def queue_objects(name: str, namespace: str, held: bool) -> list[dict[str, Any]]
          "spec": {
              "namespaceSelector": {},
              "stopPolicy": "Hold" if held else "None",
-             "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                 {"name": "bench-any", "resources": [{"name": "cpu", "nominalQuota": 100}]}]}],
+             # Every resource a stage pod requests must be covered (Kueue: "unavailable").
+             "resourceGroups": [{
+                 "coveredResources": ["cpu", "memory", "ephemeral-storage"],
+                 "flavors": [{"name": "bench-any", "resources": [
+                     {"name": "cpu", "nominalQuota": 1000},
+                     {"name": "memory", "nominalQuota": "64Ti"},
+                     {"name": "ephemeral-storage", "nominalQuota": "64Ti"}]}]}],
          }},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": name}},

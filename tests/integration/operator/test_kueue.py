@@ -36,10 +36,15 @@ def queue(harness: Any) -> Iterator[str]:
              "namespaceSelector": {
                  "matchLabels": {"kubernetes.io/metadata.name": harness.namespace}},
              "preemption": {"withinClusterQueue": "LowerPriority"},
+             # Kueue admits only what the queue covers: every resource a stage pod requests
+             # (cpu, memory and ephemeral-storage too), with GPUs the binding quota.
              "resourceGroups": [{
-                 "coveredResources": ["nvidia.com/gpu"],
-                 "flavors": [{"name": flavor,
-                              "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
+                 "coveredResources": ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"],
+                 "flavors": [{"name": flavor, "resources": [
+                     {"name": "cpu", "nominalQuota": 1000},
+                     {"name": "memory", "nominalQuota": "64Ti"},
+                     {"name": "ephemeral-storage", "nominalQuota": "64Ti"},
+                     {"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
              }]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": "gpus", "namespace": harness.namespace},
