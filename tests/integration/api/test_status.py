@@ -31,6 +31,7 @@ from dflash_operator.api.status_parts import (
     CheckpointStatus,
     ChildRef,
     EvaluationResult,
+    GpuHours,
     RegenerationProgress,
     StageProgress,
     TokenizationResult,
@@ -154,6 +155,12 @@ def full_status() -> DFlashRunStatus:
         attempts={"regen": 1, "train": 1},
         approvals=[Approval(gate=Gate.COMPLETIONS, generation=1, time=T0)],
         retry_token="2026-05-01T12:00:00Z",
+        gpu_hours=GpuHours(
+            total=412.5,
+            by_stage={"regen": 400.0, "train": 12.5},
+            by_attempt={"regen-1": 400.0, "train-1": 12.5},
+            updated_at=T0,
+        ),
     )
 
 
@@ -228,10 +235,10 @@ def test_kubectl_get_shows_phase_progress_loss_checkpoint_and_wide_columns(
     narrow = runs.table("columns")
     wide = runs.table("columns", "-o", "wide")
 
-    assert narrow[0] == ["NAME", "PHASE", "PROGRESS", "LOSS", "CHECKPOINT", "AGE"]
-    assert narrow[1][:5] == ["columns", "Training", "train 12000/40000", "1.25", "12000"]
+    assert narrow[0] == ["NAME", "PHASE", "PROGRESS", "LOSS", "CHECKPOINT", "GPU-H", "AGE"]
+    assert narrow[1][:6] == ["columns", "Training", "train 12000/40000", "1.25", "12000", "412.5"]
     assert wide[0] == [*narrow[0], "TARGET", "AUDIT", "POOLS"]
-    assert wide[1][6:] == [
+    assert wide[1][7:] == [
         "Qwen/Qwen3-8B",
         "prompts=pass canary=pass completions=approved tokens=pass",
         "regen=b200 train=rtx-pro-6000",

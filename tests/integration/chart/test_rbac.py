@@ -5,6 +5,7 @@ The user roles give ML users runs and nothing more."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -101,7 +102,9 @@ def rights(release: Any, namespace: str) -> dict[str, set[str]]:
     return found
 
 
-def as_operator(release: Any, *args: str) -> subprocess.CompletedProcess[str]:
+def as_operator(
+    release: Any, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     kubeconfig = operator_local.token_kubeconfig(
         release.cluster.kubeconfig,
         release.workdir / "operator.kubeconfig",
@@ -110,7 +113,9 @@ def as_operator(release: Any, *args: str) -> subprocess.CompletedProcess[str]:
         duration="1h",
     )
     argv = [str(binaries.cached_path("kubectl")), f"--kubeconfig={kubeconfig}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    return subprocess.run(
+        argv, input=input, capture_output=True, text=True, check=False, timeout=60
+    )
 
 
 def test_the_operators_account_holds_exactly_the_rights_its_code_uses(release: Any) -> None:
@@ -137,14 +142,24 @@ def test_the_operator_can_grant_the_trainers_role_but_nothing_it_does_not_hold(
 ) -> None:
     release.install()
     ns = release.namespace
-    granted = as_operator(
-        release, "create", "role", "t-trainer", "-n", ns, "--verb=get,patch",
-        "--resource=dflashruns.dflash.dev/status", "--resource-name=r1",
-    )  # fmt: skip
+
+    def role(name: str, rule: dict[str, Any]) -> str:
+        # Labelled and named as the operator's own (its admission policy wants both).
+        return json.dumps({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"app.kubernetes.io/managed-by": "dflash-operator"}},
+            "rules": [rule],
+        })  # fmt: skip
+
+    status_rule = {
+        "apiGroups": ["dflash.dev"], "resources": ["dflashruns/status"],
+        "resourceNames": ["r1"], "verbs": ["get", "patch"],
+    }  # fmt: skip
+    granted = as_operator(release, "create", "-f", "-", input=role("t-trainer", status_rule))
     assert granted.returncode == 0, granted.stderr
-    escalation = as_operator(
-        release, "create", "role", "t-secrets", "-n", ns, "--verb=get", "--resource=secrets"
-    )
+    secrets_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    escalation = as_operator(release, "create", "-f", "-", input=role("t2-trainer", secrets_rule))
     assert escalation.returncode != 0
     assert "attempting to grant RBAC permissions not currently held" in escalation.stderr
 
