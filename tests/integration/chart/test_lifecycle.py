@@ -111,3 +111,27 @@ def test_helm_uninstall_removes_everything_but_the_crd_and_the_runs(
     )
     assert release.cluster.kubectl("get", "crd", CRD, check=False).returncode == 0
     assert harness.run("kept")["metadata"]["name"] == "kept"
+
+
+def test_helm_install_with_skip_crds_into_a_restricted_namespace_creates_the_operator_pod(
+    release: Any,
+) -> None:
+    """Pod Security `restricted` enforced on the release namespace, the CRD left to another
+    install (--skip-crds, as GitOps setups do): the chart installs, and the Deployment's pod is
+    admitted (a refused pod would leave the ReplicaSet with a FailedCreate and no pod)."""
+    release.cluster.kubectl(
+        "label", "namespace", release.namespace,
+        "pod-security.kubernetes.io/enforce=restricted", "--overwrite",
+    )  # fmt: skip
+    release.install("--skip-crds")
+    selector = release.deployment()["spec"]["selector"]["matchLabels"]
+    labels = ",".join(f"{k}={v}" for k, v in selector.items())
+
+    def pods() -> list[Any]:
+        found = get_json(release.cluster, "pods", "-n", release.namespace, "-l", labels)
+        return list(found["items"])
+
+    created = wait_for("the operator pod", pods, 60)
+    assert created[0]["spec"]["securityContext"]["runAsNonRoot"] is True
+    events = get_json(release.cluster, "events", "-n", release.namespace)["items"]
+    assert not [e for e in events if e.get("reason") == "FailedCreate"], events
