@@ -101,6 +101,10 @@ def build_crd() -> dict[str, Any]:
         "metadata": {
             "name": c.CRD_NAME,
             "labels": {"app.kubernetes.io/name": "dflash-operator"},
+            # Deleting the CRD deletes every run and, through ownerReferences, every running
+            # Job and PyTorchJob: Helm keeps it on uninstall, and Argo CD honours the same
+            # annotation (never deleted when the Application is deleted or pruned).
+            "annotations": {"helm.sh/resource-policy": "keep"},
         },
         "spec": {
             "group": c.GROUP,

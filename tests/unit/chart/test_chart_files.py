@@ -190,3 +190,9 @@ def test_every_value_a_template_reads_exists_in_values_yaml() -> None:
                     break
                 node = node[part]
     assert missing == set()
+
+
+def test_the_crd_is_kept_when_the_release_or_its_argo_application_goes() -> None:
+    """Deleting the CRD would delete every run and its running Jobs and PyTorchJobs."""
+    crd = yaml.safe_load((ROOT / CHART_CRD_PATH).read_text().split("---\n", 1)[1])
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
