@@ -277,6 +277,18 @@ class Sim:
         return last
 
     # --- how children end ------------------------------------------------------------------------
+    def finish_data_stages(self) -> None:
+        """End regeneration (4 shards), both gates (pass) and tokenization successfully, in
+        order: the run then stands at training."""
+        for name, result in (
+            ("r1-regen", {"samples": 10}),
+            ("r1-audit-completions", {"verdict": "pass"}),
+            ("r1-tokenize", {}),
+            ("r1-audit-tokens", {"verdict": "pass"}),
+        ):
+            self.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
+            self.settle()
+
     def finish(
         self,
         name: str,

@@ -31,14 +31,7 @@ def edit(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]],
 def training(sim: Callable[..., Any]) -> Any:
     world = sim()
     world.step()
-    for name, result in (
-        ("r1-regen", REGEN),
-        ("r1-audit-completions", PASS),
-        ("r1-tokenize", {}),
-        ("r1-audit-tokens", PASS),
-    ):
-        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
-        world.settle()
+    world.finish_data_stages()
     assert world.status["phase"] == "Training"
     return world
 
@@ -214,14 +207,7 @@ def test_a_missing_pytorchjob_crd_says_so_once_and_training_starts_when_it_appea
     world = sim()
     world.missing_kinds.add("PyTorchJob")
     world.step()
-    for name, result in (
-        ("r1-regen", REGEN),
-        ("r1-audit-completions", PASS),
-        ("r1-tokenize", {}),
-        ("r1-audit-tokens", PASS),
-    ):
-        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
-        world.settle()
+    world.finish_data_stages()
     for _ in range(5):  # the create is tried again every pass
         world.step()
 

@@ -21,14 +21,7 @@ PASS = {"verdict": "pass"}
 def training(sim: Callable[..., Any], **kwargs: Any) -> Any:
     world = sim(**kwargs)
     world.step()
-    for name, result in (
-        ("r1-regen", REGEN),
-        ("r1-audit-completions", PASS),
-        ("r1-tokenize", {}),
-        ("r1-audit-tokens", PASS),
-    ):
-        world.finish(name, result=result, pods=4 if name == "r1-regen" else 1)
-        world.settle()
+    world.finish_data_stages()
     assert world.status["phase"] == "Training"
     return world
 
