@@ -69,6 +69,17 @@ class PoolResources(PoolModel):
     requests: dict[str, Quantity] = Field(default_factory=dict)
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _check_quantities(self) -> PoolResources:
+        for part, values in (("requests", self.requests), ("limits", self.limits)):
+            for name, value in values.items():
+                if not re.fullmatch(QUANTITY_PATTERN, str(value)):
+                    raise ValueError(
+                        f"{part}.{name}={value!r} is not a Kubernetes quantity "
+                        "(e.g. 8, 500m, 64Gi, 1.5Ti)"
+                    )
+        return self
+
 
 class PoolThroughput(PoolModel):
     """Measured per-GPU throughput of the pool, for the GPU-hours a stopped run saved."""

@@ -123,7 +123,7 @@ def plan(inp: PlanInput) -> Plan:
     used = gpu_hours.account(draft, observed)
     retry, retry_problem = parse_retry(meta.annotations, draft.status.retry_token)
     spec, problem = _parse_spec(inp.body.get("spec"), meta.name)
-    budget = _budget(spec, meta.annotations) if spec is not None else None
+    budget, budget_problem = _budget(spec, meta.annotations) if spec else (None, None)
     over_budget = budget is not None and used >= budget
     if spec is not None and over_budget and not spec.suspend:
         # Out of GPU-hours: the run behaves as suspended (children stopped, output kept).
@@ -194,9 +194,11 @@ def plan(inp: PlanInput) -> Plan:
     if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
     budget_message = _budget_message(used, budget, over_budget, current, run)
+    if budget_message and budget_problem:
+        budget_message += f"; {budget_problem}"
     _sync_suspension(ctx, draft, current, budget_message)
     if budget is not None:
-        _sync_budget_condition(draft, budget, budget_message)
+        _sync_budget_condition(draft, budget, budget_message, budget_problem)
     if current is not None:
         condition = draft.condition(STAGE_CONDITIONS[current])
         draft.edit_pending = condition is not None and condition.reason == Reason.SPEC_CHANGED
@@ -523,16 +525,23 @@ def _succeed(draft: Draft, evaluated: bool) -> None:
     draft.status.progress = f"acceptance {acceptance:.2f}" if acceptance is not None else "done"
 
 
-def _budget(spec: DFlashRunSpec, annotations: Mapping[str, str]) -> float | None:
-    """spec.budget.maxGpuHours plus the extra-gpu-hours annotation (None: no budget)."""
+def _budget(spec: DFlashRunSpec, annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
+    """(spec.budget.maxGpuHours plus the extra-gpu-hours annotation, or None: no budget; what
+    was wrong with the annotation, said in the BudgetExceeded condition)."""
     limit = spec.budget.max_gpu_hours
-    if limit is None:
-        return None
+    raw = annotations.get(ANNOTATION_EXTRA_GPU_HOURS)
+    if limit is None or raw is None:
+        return limit, None
     try:
-        extra = float(annotations.get(ANNOTATION_EXTRA_GPU_HOURS, "0"))
+        extra = float(raw)
     except ValueError:
-        extra = 0.0
-    return limit + max(extra, 0.0) if math.isfinite(extra) else limit
+        extra = math.nan
+    if not math.isfinite(extra) or extra < 0:
+        return limit, (
+            f"ignored: {ANNOTATION_EXTRA_GPU_HOURS}={raw!r} is not accepted: a number of "
+            "GPU-hours, 0 or more (e.g. 250)"
+        )
+    return limit + extra, None
 
 
 def _budget_message(
@@ -547,7 +556,9 @@ def _budget_message(
     )
 
 
-def _sync_budget_condition(draft: Draft, budget: float, over_message: str | None) -> None:
+def _sync_budget_condition(
+    draft: Draft, budget: float, over_message: str | None, problem: str | None
+) -> None:
     if over_message is not None:
         draft.set_condition(
             ConditionType.BUDGET_EXCEEDED, ConditionStatus.TRUE, Reason.BUDGET_EXCEEDED,
@@ -556,9 +567,10 @@ def _sync_budget_condition(draft: Draft, budget: float, over_message: str | None
         return
     # The status total (written at most every 5 minutes), not the live one: no write per pass.
     used = draft.status.gpu_hours.total if draft.status.gpu_hours else 0.0
+    message = Reason.WITHIN_BUDGET.message(used=used, budget=budget)
     draft.set_condition(
         ConditionType.BUDGET_EXCEEDED, ConditionStatus.FALSE, Reason.WITHIN_BUDGET,
-        Reason.WITHIN_BUDGET.message(used=used, budget=budget), announce=False,
+        f"{message}; {problem}" if problem else message, announce=False,
     )  # fmt: skip
 
 

@@ -117,3 +117,31 @@ def test_a_run_within_budget_says_how_much_it_used(
     within = world.condition("BudgetExceeded")
     assert within["status"] == "False" and "used 1.00 of its 100 GPU-hours" in within["message"]
     assert world.status["phase"] == "Regenerating"
+
+
+def test_a_wrong_extra_gpu_hours_annotation_is_named_not_taken(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    world = sim(spec=make_spec(budget={"maxGpuHours": 3}))
+    world.step()
+    gpu_pods(world, "r1-regen", count=2, gpus=2, hours=1.0)
+    world.step(
+        lambda body: body["metadata"]["annotations"].update({"dflash.dev/extra-gpu-hours": "lots"})
+    )
+    assert world.status["phase"] == "Suspended"
+    said = world.condition("BudgetExceeded")["message"]
+    assert "dflash.dev/extra-gpu-hours='lots' is not accepted: a number of GPU-hours" in said
+
+
+def test_a_pool_resource_that_is_not_a_quantity_is_named() -> None:
+    import copy
+
+    import pytest
+    from dflash_operator.pools import PoolsError, parse_pools
+
+    from .conftest import POOLS
+
+    pools = copy.deepcopy(POOLS)
+    pools["nodePools"]["cpu"]["resources"] = {"default": {"requests": {"memory": "lots"}}}
+    with pytest.raises(PoolsError, match=r"requests\.memory='lots' is not a Kubernetes quantity"):
+        parse_pools(pools)
