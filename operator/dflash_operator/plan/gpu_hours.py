@@ -14,10 +14,9 @@ from datetime import datetime
 
 from dflash_operator.api.status_parts import GpuHours
 from dflash_operator.plan.draft import Draft
-from dflash_operator.plan.observed import Observed, PodView
+from dflash_operator.plan.observed import POD_DONE_PHASES, Observed, PodView
 
 UPDATE_SECONDS = 300.0
-_POD_DONE = frozenset({"Succeeded", "Failed"})
 _DIGITS = 3
 
 
@@ -25,7 +24,7 @@ def pod_gpu_seconds(pod: PodView, now: datetime) -> tuple[float, bool]:
     """(GPU-seconds, whether the pod still runs)."""
     if not pod.gpus or pod.started_at is None:
         return 0.0, False
-    running = pod.phase not in _POD_DONE
+    running = pod.phase not in POD_DONE_PHASES
     end = now if running else None
     if pod.terminated is not None and pod.terminated.finished_at is not None:
         end, running = pod.terminated.finished_at, False

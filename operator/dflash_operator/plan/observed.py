@@ -61,6 +61,10 @@ class Termination:
     finished_at: datetime | None = None
 
 
+# Pod phases after which a pod writes nothing more and holds no GPU.
+POD_DONE_PHASES = frozenset({"Succeeded", "Failed"})
+
+
 @dataclass(frozen=True)
 class PodView:
     """A pod of a child: where it ran and how its container ended.

@@ -49,7 +49,7 @@ from dflash_operator.plan.actions import (
     SetWorkloadActive,
 )
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
-from dflash_operator.plan.observed import ChildView, CreateFailure, Observed
+from dflash_operator.plan.observed import POD_DONE_PHASES, ChildView, CreateFailure, Observed
 from dflash_operator.plan.placement import PlacementError, place_stage, place_stages
 from dflash_operator.plan.prune import prune_after_success
 from dflash_operator.plan.requests import (
@@ -79,8 +79,6 @@ from dflash_operator.pools import PoolsConfig
 
 # A child that is still being deleted blocks its name; look again shortly.
 DELETING_RECHECK_SECONDS = 2.0
-# Pod phases after which a pod writes nothing more.
-_POD_DONE = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -357,7 +355,7 @@ def _start(
     """Create the stage's child (after its config and, for training, its identity)."""
     earlier = [
         pod for pod in observed.pods
-        if pod.stage == stage and pod.attempt <= attempt and pod.phase not in _POD_DONE
+        if pod.stage == stage and pod.attempt <= attempt and pod.phase not in POD_DONE_PHASES
     ]  # fmt: skip
     if earlier:
         # A new attempt writes where the earlier one did (the stage's S3 prefix): it starts
