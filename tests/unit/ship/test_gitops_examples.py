@@ -31,8 +31,17 @@ def json_pointer_to_key(pointer: str, prefix: str) -> str:
     return pointer.removeprefix(prefix).replace("~1", "/").replace("~0", "~")
 
 
+def manifest_kind(path: Path) -> str:
+    return str(yaml.safe_load(path.read_text())["kind"])
+
+
 def runs() -> list[Path]:
-    return sorted((GITOPS / "runs").glob("*.yaml"))
+    """The DFlashRuns of the runs folder (it also holds the S3 Secret's ExternalSecret)."""
+    return [p for p in sorted((GITOPS / "runs").glob("*.yaml")) if manifest_kind(p) == KIND]
+
+
+def applications() -> list[Path]:
+    return [GITOPS / "root-app.yaml", *sorted((GITOPS / "apps").glob("*.yaml"))]
 
 
 def test_the_operator_is_synced_in_an_earlier_wave_than_the_runs() -> None:
@@ -125,3 +134,61 @@ def test_each_run_in_the_folder_is_a_valid_dflashrun(path: Path) -> None:
 
 def test_the_runs_folder_is_not_empty() -> None:
     assert runs()
+
+
+@pytest.mark.parametrize("path", applications(), ids=lambda p: p.name)
+def test_every_application_retries_a_failed_sync(path: Path) -> None:
+    retry = application(str(path.relative_to(GITOPS)))["spec"]["syncPolicy"]["retry"]
+
+    assert retry["limit"] > 0
+    assert retry["backoff"]["maxDuration"]
+
+
+@pytest.mark.parametrize("relative", ["apps/dflash-operator.yaml", "apps/dflash-runs.yaml"])
+def test_a_fresh_cluster_gets_the_namespaces_with_a_pod_security_level(relative: str) -> None:
+    spec = application(relative)["spec"]
+
+    assert "CreateNamespace=true" in spec["syncPolicy"]["syncOptions"]
+    labels = spec["syncPolicy"]["managedNamespaceMetadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] in {"restricted", "baseline", "privileged"}
+
+
+def _secret_makers() -> dict[str, dict[str, Any]]:
+    """The ExternalSecret the runs Application syncs and the SealedSecret alternative."""
+    return {
+        "external": yaml.safe_load((GITOPS / "runs/dflash-s3.externalsecret.yaml").read_text()),
+        "sealed": yaml.safe_load((GITOPS / "secrets/dflash-s3.sealedsecret.yaml").read_text()),
+    }
+
+
+def test_the_s3_secret_is_made_with_the_name_and_keys_every_run_reads() -> None:
+    makers = _secret_makers()
+    external, sealed = makers["external"], makers["sealed"]
+    made = {external["spec"]["target"]["name"], sealed["spec"]["template"]["metadata"]["name"]}
+    for path in runs():
+        ref = parse_run(yaml.safe_load(path.read_text())).spec.storage.credentials_secret_ref
+        keys = {ref.access_key_id_key, ref.secret_access_key_key}
+
+        assert {ref.name} == made, path.name
+        assert {d["secretKey"] for d in external["spec"]["data"]} == keys
+        assert set(sealed["spec"]["encryptedData"]) == keys
+
+
+def test_the_secret_is_synced_before_the_runs_and_only_where_the_store_allows() -> None:
+    external = _secret_makers()["external"]
+    wave = int(external["metadata"]["annotations"][WAVE])
+    for path in runs():
+        annotations = yaml.safe_load(path.read_text())["metadata"].get("annotations", {})
+        assert wave < int(annotations.get(WAVE, "0")), path.name
+
+    store = yaml.safe_load((GITOPS / "secrets/cluster-secret-store.yaml").read_text())
+    assert external["spec"]["secretStoreRef"] == {
+        "kind": store["kind"],
+        "name": store["metadata"]["name"],
+    }
+    namespace_labels = application("apps/dflash-runs.yaml")["spec"]["syncPolicy"][
+        "managedNamespaceMetadata"
+    ]["labels"]
+    for condition in store["spec"]["conditions"]:
+        wanted = condition["namespaceSelector"]["matchLabels"]
+        assert wanted.items() <= namespace_labels.items()

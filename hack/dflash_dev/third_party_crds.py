@@ -1,0 +1,90 @@
+"""CRDs of the tools the examples target (Argo CD, External Secrets, Sealed Secrets), copied
+from their Go module zips on the module proxy and cached by version, so that tests apply the
+examples' manifests to the local API server against the real schemas. No controller of these
+tools runs: the API server only validates and stores the objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .binaries import versions
+from .errors import DevError
+from .paths import cache_root
+
+
+@dataclass(frozen=True)
+class CrdSource:
+    module: str
+    version_key: str  # in hack/versions.env
+    files: tuple[str, ...]  # paths inside the module zip
+
+
+SOURCES = {
+    "argo-cd": CrdSource(
+        "github.com/argoproj/argo-cd/v3",
+        "ARGOCD_VERSION",
+        ("manifests/crds/application-crd.yaml", "manifests/crds/appproject-crd.yaml"),
+    ),
+    "external-secrets": CrdSource(
+        "github.com/external-secrets/external-secrets",
+        "EXTERNAL_SECRETS_VERSION",
+        (
+            "config/crds/bases/external-secrets.io_externalsecrets.yaml",
+            "config/crds/bases/external-secrets.io_secretstores.yaml",
+            "config/crds/bases/external-secrets.io_clustersecretstores.yaml",
+        ),
+    ),
+    "sealed-secrets": CrdSource(
+        "github.com/bitnami-labs/sealed-secrets",
+        "SEALED_SECRETS_VERSION",
+        ("helm/sealed-secrets/crds/bitnami.com_sealedsecrets.yaml",),
+    ),
+}
+
+
+def crd_dir(name: str) -> Path:
+    source = SOURCES[name]
+    return cache_root() / "share" / "crds" / f"{name}-{versions()[source.version_key]}"
+
+
+def ensure(name: str) -> list[Path]:
+    """The CRD files of one tool, fetched with `go mod download` the first time."""
+    source = SOURCES[name]
+    target = crd_dir(name)
+    files = [target / Path(f).name for f in source.files]
+    if all(f.exists() for f in files):
+        return files
+    version = versions()[source.version_key]
+    go = shutil.which("go")
+    if go is None:
+        raise DevError(f"go is needed once to fetch the {name} {version} CRDs; install Go >= 1.26")
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{source.module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOFLAGS": ""},
+    )
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        raise DevError(
+            f"could not fetch {source.module}@{version} from the Go module proxy: "
+            f"{info.get('Error') or result.stderr.strip()}"
+        )
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for relative in source.files:
+        shutil.copyfile(Path(info["Dir"]) / relative, partial / Path(relative).name)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return files
+
+
+def ensure_all() -> list[Path]:
+    return [path for name in SOURCES for path in ensure(name)]
