@@ -8,6 +8,7 @@ removes the state. Binaries come from `binaries.py` (built once per version).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,10 @@ from .kube_wait import local_readyz
 from .nodes import build_nodes
 from .paths import REPO_ROOT, state_root
 from .ports import free_ports
+
+PYTORCH_INIT_CONTAINER = (
+    REPO_ROOT / "examples" / "production" / "training-operator" / "initContainer.yaml"
+)
 
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
@@ -61,6 +66,15 @@ class ClusterInfo:
     state_dir: str
     ports: dict[str, int]
     kubernetes_version: str
+    # What the components were started with (versions, files they read at start): a running
+    # cluster of another layout is restarted, not reused (a checkout that changed them).
+    layout: str = ""
+
+
+def layout() -> str:
+    digest = hashlib.sha256(binaries.VERSIONS_FILE.read_bytes())
+    digest.update(PYTORCH_INIT_CONTAINER.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def state_dir() -> Path:
@@ -173,7 +187,9 @@ def up() -> ClusterInfo:
     """Start the whole control plane (or return at once when it is already up and healthy)."""
     info = read_info()
     if info is not None and is_healthy(info):
-        return info
+        if info.layout == layout():
+            return info
+        print("the local cluster was started with other versions or settings: restarting it")
     down()
     paths = binaries.ensure_built(
         [
@@ -369,6 +385,9 @@ def up() -> ClusterInfo:
             f"--webhook-server-port={ports['to-webhook']}",
             "--leader-elect=false",
             "--controller-threads=4",
+            # The Worker init container that Pod Security "restricted" accepts, as the
+            # production guide installs it (examples/production/training-operator/).
+            f"--pytorch-init-container-template-file={PYTORCH_INIT_CONTAINER}",
         ],
         env=dict(env, KUBECONFIG=str(state / "training-operator.kubeconfig")),
         cwd=state,
@@ -414,6 +433,7 @@ def up() -> ClusterInfo:
         state_dir=str(state),
         ports=ports,
         kubernetes_version=version,
+        layout=layout(),
     )
     _info_file().write_text(json.dumps(asdict(info), indent=2))
     return info
