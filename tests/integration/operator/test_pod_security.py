@@ -39,7 +39,8 @@ def test_every_stage_pod_is_admitted_where_pod_security_is_restricted(
     spec = make_spec()
     spec["regeneration"]["canary"] = {"samplesPerSource": 16}
     harness.stage_phases = {
-        **{"canary": "Canary", "audit-canary": "AuditingCanary"},
+        "canary": "Canary",
+        "audit-canary": "AuditingCanary",
         **harness.stage_phases,
     }
     harness.apply_run("r1", spec)
