@@ -23,6 +23,7 @@ BINARIES = {
     "helm": ("HELM_VERSION", "helm"),
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
+    "actionlint": ("ACTIONLINT_VERSION", "actionlint"),
 }
 
 
