@@ -127,6 +127,7 @@ set-version: venv ## write a new release version everywhere: make set-version VE
 	@[ -n "$(VERSION)" ] || { echo "error: give the new version: make set-version VERSION=x.y.z" >&2; exit 1; }
 	@$(PY) -m dflash_dev.version set "$(VERSION)"
 	@$(UV) lock --quiet
+	@$(UV) sync --locked --quiet  # the installed packages' metadata: what the operator reports
 	@$(PY) -m dflash_dev.version check
 
 # ---------------------------------------------------------------- images
