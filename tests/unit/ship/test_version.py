@@ -12,7 +12,7 @@ from dflash_dev import version as release
 from dflash_dev.errors import DevError
 from dflash_operator import config, main
 from dflash_operator.runtime import kube
-from dflash_operator.version import OPERATOR_VERSION
+from dflash_operator.version import OPERATOR_VERSION, UNKNOWN_VERSION, installed_version
 
 ROOT = Path(__file__).parents[3]
 COPIES = release.build_copies()
@@ -95,3 +95,9 @@ def test_the_makefile_tags_images_with_the_version_file() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION" in makefile
     assert re.search(r"^IMAGE_TAG \?= \$\(RELEASE_VERSION\)$", makefile, re.M)
+
+
+def test_sources_without_package_metadata_report_a_version_that_is_still_an_image_tag() -> None:
+    assert installed_version("dflash-no-such-distribution") == UNKNOWN_VERSION
+    image = f"ghcr.io/dflash-dev/dflash-regen:{UNKNOWN_VERSION}"
+    assert config.OperatorConfig(regen_image=image).regen_image == image
