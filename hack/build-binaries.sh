@@ -182,13 +182,13 @@ targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube)
 for t in "${targets[@]}"; do
   case "$t" in
+    actionlint) build_actionlint ;;
     etcd) build_etcd ;;
     kube) build_kube ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
-    actionlint) build_actionlint ;;
     *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue actionlint" ;;
   esac
 done
