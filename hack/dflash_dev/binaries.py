@@ -21,6 +21,7 @@ BINARIES = {
     "kubectl": ("KUBERNETES_VERSION", "kube"),
     "kwok": ("KWOK_VERSION", "kwok"),
     "helm": ("HELM_VERSION", "helm"),
+    "actionlint": ("ACTIONLINT_VERSION", "actionlint"),
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
 }

@@ -15,12 +15,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflash_operator.api.base import DNS_LABEL_PATTERN, IMAGE_PATTERN
+from dflash_operator.version import OPERATOR_VERSION
 
 ENV_PREFIX = "DFLASH_"
 # Where the chart mounts the pools ConfigMap.
 DEFAULT_POOLS_FILE = Path("/etc/dflash-operator/pools.yaml")
-DEFAULT_REGEN_IMAGE = "ghcr.io/dflash-dev/dflash-regen:0.1.0"
-DEFAULT_TRAINER_IMAGE = "ghcr.io/dflash-dev/dflash-trainer:0.1.0"
+# Stage images of the operator's own release: the release workflow pushes all three with its tag.
+DEFAULT_REGEN_IMAGE = f"ghcr.io/dflash-dev/dflash-regen:{OPERATOR_VERSION}"
+DEFAULT_TRAINER_IMAGE = f"ghcr.io/dflash-dev/dflash-trainer:{OPERATOR_VERSION}"
 # Reconcile workers: each holds one run at a time; 4 keep 200 runs moving on 2 cores.
 DEFAULT_WORKERS = 4
 # A slow safety net: events drive the reconcile, the resync only catches what they missed.

@@ -16,9 +16,12 @@ from dflash_operator.leadership import exit_on_lost_lease, lease_settings, stand
 from dflash_operator.pools import PoolsError, load_pools
 from dflash_operator.runtime.kube import Kube, load_api_client
 from dflash_operator.runtime.leader import LeaseElector
+from dflash_operator.version import OPERATOR_VERSION
 
 HANDLER_MODULES = (children, lifecycle, runs)
 EXIT_BAD_CONFIG = 2
+# Named, not __name__: `python -m dflash_operator.main` would log as __main__, outside our level.
+log = logging.getLogger("dflash_operator.main")
 
 
 def setup_logging(config: OperatorConfig) -> None:
@@ -36,6 +39,7 @@ def cli(argv: list[str] | None = None) -> int:
         prog="dflash-operator",
         description="Reconcile DFlashRun resources into a DFlash drafter training pipeline.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {OPERATOR_VERSION}")
     add_flags(parser)
     args = parser.parse_args(argv)
     try:
@@ -45,6 +49,12 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"dflash-operator: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     setup_logging(config)
+    log.info(
+        "dflash-operator %s starting: regen image %s, trainer image %s",
+        OPERATOR_VERSION,
+        config.regen_image,
+        config.trainer_image,
+    )
     elector = None
     if config.leader_election:
         try:

@@ -17,8 +17,9 @@ from urllib3.exceptions import HTTPError
 
 from dflash_operator import metrics
 from dflash_operator.api.constants import GROUP, PLURAL, VERSION
+from dflash_operator.version import OPERATOR_VERSION
 
-USER_AGENT = "dflash-operator/0.1.0"
+USER_AGENT = f"dflash-operator/{OPERATOR_VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 # The API server's status codes that mean "the object you sent is wrong".

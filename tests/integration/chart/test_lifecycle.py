@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from dflash_dev.kube_wait import get_json, wait_for
+from dflash_dev.version import read_version
 
 # chart.py, loaded by path by conftest.py (tests are imported in importlib mode).
 chart = sys.modules["dflash_chart_test_helpers"]
@@ -29,7 +30,8 @@ def test_helm_install_gives_an_operator_with_the_charts_account_what_it_needs_to
     release.install()
     env = release.operator_env()
     assert env["DFLASH_NAMESPACES"] == ""
-    assert env["DFLASH_REGEN_IMAGE"] == "ghcr.io/dflash-dev/dflash-regen:0.1.0"
+    # An empty stageImages tag is the chart's appVersion, the repository's VERSION.
+    assert env["DFLASH_REGEN_IMAGE"] == f"ghcr.io/dflash-dev/dflash-regen:{read_version()}"
     harness = release.harness()
     release.start_operator(harness)
     harness.apply_run("r1", chart.tiny_cpu_run())
