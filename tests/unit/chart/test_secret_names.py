@@ -10,7 +10,9 @@ import yaml
 
 ROOT = Path(__file__).parents[3]
 SECRET = "dflash-s3"
-CREATE = re.compile(r"create secret generic ([a-z0-9-]+)")
+# `kubectl create secret generic NAME ...` of the S3 keys (other Secrets, e.g. the Hub token's,
+# are created the same way).
+CREATE = re.compile(r"create secret generic ([a-z0-9-]+)(?=[^`]{0,300}AWS_ACCESS_KEY_ID)")
 
 
 def _example_runs() -> list[tuple[Path, dict]]:
