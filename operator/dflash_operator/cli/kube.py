@@ -126,15 +126,34 @@ class Kube:
         )
         return run
 
-    def list_runs(self, all_namespaces: bool) -> list[dict[str, Any]]:
+    def list_runs(self, all_namespaces: bool, selector: str | None = None) -> list[dict[str, Any]]:
+        """The runs of the namespace (or all); `selector` is sent as labelSelector, so the API
+        server parses it and a bad one is its 400, reported with the selector named."""
+        selected = {"label_selector": selector} if selector else {}
+
         def call() -> Any:
-            if all_namespaces:
-                return self._custom.list_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT
+            try:
+                if all_namespaces:
+                    return self._custom.list_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT, **selected
+                    )
+                return self._custom.list_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    **selected,
                 )
-            return self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, _request_timeout=REQUEST_TIMEOUT
-            )
+            except ApiException as exc:
+                if selector and exc.status == 400:
+                    message = _status_body(exc).get("message") or exc.reason or "no details"
+                    raise CliError(
+                        f"invalid label selector {selector!r} (-l/--selector), the API server "
+                        f"says: {message}. Selectors look like app=x, tier!=test, "
+                        "env in (a,b), !label"
+                    ) from exc
+                raise
 
         items: list[dict[str, Any]] = self._call("dflashruns", call).get("items", [])
         return items
