@@ -5,6 +5,7 @@ commands against a live API server are in tests/integration/plugin)."""
 from __future__ import annotations
 
 import argparse
+import io
 import subprocess
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from dflash_operator.cli.completion import complete, flags_of
 from dflash_operator.cli.completion_scripts import SCRIPTS
 from dflash_operator.cli.jsonpath import JsonPathError, parse_template
+from dflash_operator.cli.logs import PodTarget, follow_logs
 from dflash_operator.cli.output import Format, parse_output, resource_name
 from dflash_operator.cli.parser import build_parser
 from dflash_operator.cli.render import render_list, render_status
@@ -209,3 +211,28 @@ def test_the_bash_script_completes_through_the_program(tmp_path: Any) -> None:
 @pytest.mark.parametrize("shell", sorted(SCRIPTS))
 def test_each_completion_script_calls_the_hidden_complete_command(shell: str) -> None:
     assert "__complete" in SCRIPTS[shell] and "kubectl-dflash" in SCRIPTS[shell]
+
+
+def test_logs_print_and_exit_unless_follow_is_asked_for() -> None:
+    parser = build_parser()
+
+    assert parser.parse_args(["logs", "qwen"]).follow is False
+    assert parser.parse_args(["logs", "qwen", "-f"]).follow is True
+    assert parser.parse_args(["logs", "qwen", "--follow", "--tail", "5"]).tail == 5
+    # The flag of the old default still parses, so scripts that pass it keep working.
+    assert parser.parse_args(["logs", "qwen", "--no-follow"]).follow is False
+
+
+def test_follow_reaches_the_log_request() -> None:
+    asked: list[tuple[str, bool, int | None]] = []
+
+    class Kube:
+        def stream_log(self, pod: str, container: str, follow: bool, tail: int | None) -> list[str]:
+            asked.append((pod, follow, tail))
+            return ["line"]
+
+    out = io.StringIO()
+    follow_logs(Kube(), [PodTarget("p-0", ["c"])], follow=False, tail=3, out=out)  # type: ignore[arg-type]
+
+    assert asked == [("p-0", False, 3)]
+    assert out.getvalue() == "line\n"
