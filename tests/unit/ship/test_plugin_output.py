@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import shutil
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -236,3 +238,43 @@ def test_follow_reaches_the_log_request() -> None:
 
     assert asked == [("p-0", False, 3)]
     assert out.getvalue() == "line\n"
+
+
+def _stand_in(tmp_path: Path, answer: str) -> Path:
+    """A `kubectl-dflash` that records its arguments and answers like `__complete` does."""
+    program = tmp_path / "kubectl-dflash"
+    program.write_text(f'#!/bin/sh\necho "$@" > "$0.args"\nprintf "{answer}"\n')
+    program.chmod(0o755)
+    return program
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_the_zsh_script_completes_through_the_program(tmp_path: Path) -> None:
+    program = _stand_in(tmp_path, "json\\njsonpath=\\n:4\\n")
+    script = tmp_path / "completion.zsh"
+    script.write_text(SCRIPTS["zsh"])
+    # compdef and _describe belong to zsh's completion system: stand-ins print what they get.
+    result = subprocess.run(
+        ["zsh", "-c", f"compdef() {{ :; }}; source {script}; "
+         '_describe() { print -l -- "${(@P)4}"; }; '
+         f"words=({program} list -o j); CURRENT=4; _kubectl_dflash"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+
+    assert result.stdout.splitlines() == ["json", "jsonpath="]
+    assert (tmp_path / "kubectl-dflash.args").read_text() == "__complete list -o j\n"
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_the_fish_script_completes_through_the_program(tmp_path: Path) -> None:
+    program = _stand_in(tmp_path, "status\\tphase and stages\\n:4\\n")
+    script = tmp_path / "completion.fish"
+    script.write_text(SCRIPTS["fish"])
+    result = subprocess.run(
+        ["fish", "-c", f"set -x PATH {program.parent} $PATH; source {script}; "
+         "complete -C 'kubectl-dflash st'"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+
+    assert result.stdout.splitlines() == ["status\tphase and stages"]
+    assert (tmp_path / "kubectl-dflash.args").read_text() == "__complete st\n"
