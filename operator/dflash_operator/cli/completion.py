@@ -1,7 +1,8 @@
 """Shell completion. The hidden command `kubectl-dflash __complete ARGS... WORD` answers in
 cobra's protocol (one `value<TAB>description` per line, then `:<directive>`), the protocol
 kubectl (>= 1.26) speaks to a `kubectl_complete-dflash` executable; the bash, zsh and fish
-scripts of `completion_scripts.py` call the same command. Run names come from the API.
+scripts of `completion_scripts.py` call the same command. Runs and namespaces come from the
+API, contexts from the kubeconfig, through the `lookup` the caller passes.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class Completions:
         return "".join(f"{value}\n" for value in self.values) + f":{self.directive}\n"
 
 
-RunNames = Callable[[Flags], list[str]]
+# What the cluster and kubeconfig know: lookup("runs" | "namespaces" | "contexts", flags).
+Lookup = Callable[[str, Flags], list[str]]
+# Flags whose values are looked up, and under which name.
+LOOKED_UP = {"-n": "namespaces", "--namespace": "namespaces", "--context": "contexts"}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -96,10 +100,14 @@ def _positionals(words: list[str], options: dict[str, argparse.Action]) -> list[
     return found
 
 
-def _value_of(action: argparse.Action, option: str, partial: str) -> Completions:
+def _value_of(
+    action: argparse.Action, option: str, partial: str, before: list[str], lookup: Lookup
+) -> Completions:
     if option in PATH_FLAGS:
         return Completions([], DIRECTIVE_DEFAULT)
-    if action.choices:
+    if option in LOOKED_UP:
+        values = lookup(LOOKED_UP[option], flags_of(before))
+    elif action.choices:
         values = [str(choice) for choice in action.choices]
     elif option in ("-o", "--output"):
         values = OUTPUT_VALUES
@@ -110,7 +118,7 @@ def _value_of(action: argparse.Action, option: str, partial: str) -> Completions
     return Completions(matching, DIRECTIVE_NO_FILE | no_space)
 
 
-def complete(parser: argparse.ArgumentParser, words: list[str], runs: RunNames) -> Completions:
+def complete(parser: argparse.ArgumentParser, words: list[str], lookup: Lookup) -> Completions:
     """Candidates for the last of `words` (the word being typed, maybe empty)."""
     partial, before = (words[-1], words[:-1]) if words else ("", [])
     commands = _subparsers(parser)
@@ -120,7 +128,7 @@ def complete(parser: argparse.ArgumentParser, words: list[str], runs: RunNames) 
     options = {**top_options, **_options(current)}
     previous = before[-1] if before else None
     if previous in options and options[previous].nargs != 0:
-        return _value_of(options[previous], previous, partial)
+        return _value_of(options[previous], previous, partial, before, lookup)
     if partial.startswith("-"):
         names = sorted(set(_visible_options(current)) | set(_visible_options(parser)))
         return Completions([n for n in names if n.startswith(partial)], DIRECTIVE_NO_FILE)
@@ -135,6 +143,6 @@ def complete(parser: argparse.ArgumentParser, words: list[str], runs: RunNames) 
             [str(c) for c in choices or [] if str(c).startswith(partial)], DIRECTIVE_NO_FILE
         )
     if command in RUN_COMMANDS and not given:
-        names = runs(flags_of(before))
+        names = lookup("runs", flags_of(before))
         return Completions([n for n in names if n.startswith(partial)], DIRECTIVE_NO_FILE)
     return Completions([], DIRECTIVE_NO_FILE)

@@ -48,6 +48,15 @@ def _kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str | 
     return str(namespace) if namespace else None
 
 
+def kubeconfig_contexts(kubeconfig: str | None) -> list[str]:
+    """Names of the kubeconfig's contexts (none when there is no readable kubeconfig)."""
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError):
+        return []
+    return sorted(str(c["name"]) for c in contexts if c.get("name"))
+
+
 class Kube:
     """One cluster, one namespace: the calls the plugin's commands need."""
 
@@ -179,6 +188,12 @@ class Kube:
             name,
         )
         return run
+
+    def list_namespaces(self) -> list[str]:
+        namespaces = self._call(
+            "namespaces", lambda: self._core.list_namespace(_request_timeout=REQUEST_TIMEOUT)
+        )
+        return sorted(item.metadata.name for item in namespaces.items)
 
     # --- pods, nodes, logs ------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from dflash_operator.cli.audit import (
 from dflash_operator.cli.completion import Flags, complete
 from dflash_operator.cli.completion_scripts import SCRIPTS
 from dflash_operator.cli.errors import EXIT_GATE_FAILED, EXIT_INTERRUPTED, EXIT_OK, CliError
-from dflash_operator.cli.kube import Kube
+from dflash_operator.cli.kube import Kube, kubeconfig_contexts
 from dflash_operator.cli.logs import explain_blocked, find_stage_pods, follow_logs, plan_targets
 from dflash_operator.cli.output import (
     Format,
@@ -217,18 +217,22 @@ def cmd_completion(args: argparse.Namespace, io: Io) -> int:
     return EXIT_OK
 
 
-def _run_names(flags: Flags) -> list[str]:
-    """Run names for completion; never an error (a completion must not print one)."""
+def _lookup(kind: str, flags: Flags) -> list[str]:
+    """Runs, namespaces or contexts for completion; never an error (it would land in the
+    prompt): no cluster, no CRD, no RBAC, no kubeconfig simply give no candidates."""
+    if kind == "contexts":
+        return kubeconfig_contexts(flags.kubeconfig)
     try:
         kube = Kube.connect(flags.kubeconfig, flags.context, flags.namespace)
+        if kind == "namespaces":
+            return kube.list_namespaces()
         return sorted(run["metadata"]["name"] for run in kube.list_runs(False))
     except Exception:
-        # No cluster, no CRD, no RBAC, no kubeconfig: simply no candidates.
         return []
 
 
 def run_completion(words: list[str], io: Io) -> int:
-    io.out.write(complete(build_parser(), words, _run_names).to_protocol())
+    io.out.write(complete(build_parser(), words, _lookup).to_protocol())
     return EXIT_OK
 
 

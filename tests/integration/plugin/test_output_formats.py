@@ -155,7 +155,7 @@ def test_bad_output_formats_are_usage_errors_that_name_them(plugin: Any) -> None
     assert "Traceback" not in unknown.stderr + template.stderr
 
 
-def test_completion_offers_the_runs_of_the_namespace(plugin: Any) -> None:
+def test_completion_offers_runs_namespaces_and_contexts(plugin: Any) -> None:
     plugin.create_run("mid-training", "training")
     plugin.create_run("stub-answers", "audit-failed")
 
@@ -168,6 +168,10 @@ def test_completion_offers_the_runs_of_the_namespace(plugin: Any) -> None:
 
     assert complete("status", *where, "") == "mid-training\nstub-answers\n:4\n"
     assert complete("logs", *where, "stu") == "stub-answers\n:4\n"
+    kubeconfig = ["--kubeconfig", str(plugin.cluster.kubeconfig)]
+    assert plugin.namespace in complete("list", *kubeconfig, "-n", plugin.namespace[:8])
+    context = plugin.cluster.kubectl("config", "current-context", *kubeconfig).stdout.strip()
+    assert complete("list", *kubeconfig, "--context", "") == f"{context}\n:4\n"
     # No cluster there: no candidates, and no error printed into the shell.
     assert complete("status", "--kubeconfig", "/nonexistent", "") == ":4\n"
 

@@ -155,7 +155,8 @@ def test_name_output_is_kubectls_resource_slash_name() -> None:
 
 
 def _complete(*words: str, runs: list[str] | None = None) -> tuple[list[str], int]:
-    answer = complete(build_parser(), list(words), lambda flags: runs or [])
+    known = {"runs": runs or [], "namespaces": ["ml", "ml-test", "default"], "contexts": ["prod"]}
+    answer = complete(build_parser(), list(words), lambda kind, flags: known[kind])
     return answer.values, answer.directive
 
 
@@ -173,6 +174,8 @@ def _complete(*words: str, runs: list[str] | None = None) -> tuple[list[str], in
         (["-n", "ml", "status", "qw"], ["qwen"]),
         (["status", "--kubeconfig", "k", ""], ["qwen", "quick"]),
         (["status", "qwen", ""], []),
+        (["list", "-n", "ml"], ["ml", "ml-test"]),
+        (["--context", "p"], ["prod"]),
     ],
 )
 def test_completion_offers_commands_flags_values_and_run_names(
