@@ -77,6 +77,11 @@ lint: venv ## ruff + mypy
 	@$(UV) run --quiet ruff format --check .
 	@$(UV) run --quiet mypy operator/dflash_operator trainer/dflash_trainer hack/dflash_dev
 
+# ---------------------------------------------------------------- kubectl plugin
+.PHONY: plugin
+plugin: venv ## build dist/kubectl-dflash (one-file zipapp, any Linux/macOS with Python >= 3.11) and dist/kubectl-dflash.tar.gz (krew)
+	@$(PY) -m dflash_dev.plugin_zipapp $(PLUGIN_ARGS)
+
 # ---------------------------------------------------------------- tests
 .PHONY: test
 test: venv binaries lint ## the whole suite: unit, integration (real control plane + S3), e2e

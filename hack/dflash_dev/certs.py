@@ -77,8 +77,12 @@ def ensure_pki(pki: Path, client_names: dict[str, tuple[str, str | None]]) -> No
             ),
             critical=True,
         )
+        # Key identifiers as RFC 5280 asks (and kubeadm's PKI has): Python >= 3.13 verifies
+        # strictly (VERIFY_X509_STRICT) and refuses a chain without them.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
+    authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
     _write_key(pki / "ca.key", ca_key)
     _write_cert(pki / "ca.crt", ca)
 
@@ -93,6 +97,8 @@ def ensure_pki(pki: Path, client_names: dict[str, tuple[str, str | None]]) -> No
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(authority, critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         )
         if server:
             builder = builder.add_extension(

@@ -48,6 +48,15 @@ def _kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str | 
     return str(namespace) if namespace else None
 
 
+def kubeconfig_contexts(kubeconfig: str | None) -> list[str]:
+    """Names of the kubeconfig's contexts (none when there is no readable kubeconfig)."""
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError):
+        return []
+    return sorted(str(c["name"]) for c in contexts if c.get("name"))
+
+
 class Kube:
     """One cluster, one namespace: the calls the plugin's commands need."""
 
@@ -126,15 +135,34 @@ class Kube:
         )
         return run
 
-    def list_runs(self, all_namespaces: bool) -> list[dict[str, Any]]:
+    def list_runs(self, all_namespaces: bool, selector: str | None = None) -> list[dict[str, Any]]:
+        """The runs of the namespace (or all); `selector` is sent as labelSelector, so the API
+        server parses it and a bad one is its 400, reported with the selector named."""
+        selected = {"label_selector": selector} if selector else {}
+
         def call() -> Any:
-            if all_namespaces:
-                return self._custom.list_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT
+            try:
+                if all_namespaces:
+                    return self._custom.list_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT, **selected
+                    )
+                return self._custom.list_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    **selected,
                 )
-            return self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, _request_timeout=REQUEST_TIMEOUT
-            )
+            except ApiException as exc:
+                if selector and exc.status == 400:
+                    message = _status_body(exc).get("message") or exc.reason or "no details"
+                    raise CliError(
+                        f"invalid label selector {selector!r} (-l/--selector), the API server "
+                        f"says: {message}. Selectors look like app=x, tier!=test, "
+                        "env in (a,b), !label"
+                    ) from exc
+                raise
 
         items: list[dict[str, Any]] = self._call("dflashruns", call).get("items", [])
         return items
@@ -160,6 +188,12 @@ class Kube:
             name,
         )
         return run
+
+    def list_namespaces(self) -> list[str]:
+        namespaces = self._call(
+            "namespaces", lambda: self._core.list_namespace(_request_timeout=REQUEST_TIMEOUT)
+        )
+        return sorted(item.metadata.name for item in namespaces.items)
 
     # --- pods, nodes, logs ------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict[str, Any]]:

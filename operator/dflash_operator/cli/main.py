@@ -1,6 +1,6 @@
-"""`kubectl dflash` (console script `kubectl-dflash`): the command line, kubectl's conventions
-(-n, --context, --kubeconfig, -o json|yaml, exit codes) and the six commands. The facts come
-from `summary.py`, the text from `render.py`, annotation values from `annotate.py`.
+"""`kubectl dflash` (console script `kubectl-dflash`): the seven commands. The command line is
+in `parser.py`, the facts come from `summary.py`, the text from `render.py` and `output.py`,
+annotation values from `annotate.py`, shell completion from `completion.py`.
 """
 
 from __future__ import annotations
@@ -22,21 +22,25 @@ from dflash_operator.cli.audit import (
     has_s3_credentials,
     render_gate,
 )
+from dflash_operator.cli.completion import Flags, complete
+from dflash_operator.cli.completion_scripts import SCRIPTS
 from dflash_operator.cli.errors import EXIT_GATE_FAILED, EXIT_INTERRUPTED, EXIT_OK, CliError
-from dflash_operator.cli.kube import Kube
+from dflash_operator.cli.kube import Kube, kubeconfig_contexts
 from dflash_operator.cli.logs import explain_blocked, find_stage_pods, follow_logs, plan_targets
-from dflash_operator.cli.render import (
-    OUTPUT_FORMATS,
-    dump,
-    render_list,
-    render_status,
-    summary_to_data,
+from dflash_operator.cli.output import (
+    Format,
+    Output,
+    as_list,
+    render_jsonpath,
+    resource_name,
+    with_kind,
 )
-from dflash_operator.cli.summary import PIPELINE, RunSummary, summarize
+from dflash_operator.cli.parser import build_parser
+from dflash_operator.cli.render import dump, render_list, render_status, summary_to_data
+from dflash_operator.cli.summary import RunSummary, summarize
 
-PROG = "kubectl dflash"
-GATES = [gate.value for gate in Gate]
-STAGES = [stage.value for stage in PIPELINE]
+# The hidden command shell completion calls (cobra's name for it, which kubectl uses too).
+COMPLETE_COMMAND = "__complete"
 
 
 class Io:
@@ -53,85 +57,49 @@ class Io:
         return encoding == "utf8"
 
 
-def _common(output: bool) -> argparse.ArgumentParser:
-    """kubectl's flags, accepted before or after the command (kubectl passes them along)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    hide = argparse.SUPPRESS
-    parser.add_argument("-n", "--namespace", default=hide, help="namespace of the run(s)")
-    parser.add_argument("--context", default=hide, help="kubeconfig context to use")
-    parser.add_argument("--kubeconfig", default=hide, help="path of the kubeconfig file")
-    if output:
-        parser.add_argument(
-            "-o", "--output", choices=OUTPUT_FORMATS, default=hide, help="json or yaml"
-        )
-    return parser
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        parents=[_common(output=False)],
-        description="Follow and steer DFlashRuns: progress, audit gates, approvals, retries, logs.",
-        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 an audit gate failed (audit).",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    with_output = [_common(output=True)]
-
-    status = commands.add_parser(
-        "status", parents=with_output, help="phase, stages, audit, checkpoint, ETA"
-    )
-    status.add_argument("run")
-    listing = commands.add_parser("list", parents=with_output, help="runs of a namespace")
-    listing.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="runs of every namespace"
-    )
-    audit = commands.add_parser("audit", parents=with_output, help="violated checks and the report")
-    audit.add_argument("run")
-    audit.add_argument("--gate", choices=GATES, help="one gate (default: every gate that ran)")
-    audit.add_argument("--no-download", action="store_true", help="do not fetch the report from S3")
-    audit.add_argument("--download-dir", help="where the report goes (default: a temp folder)")
-    approve = commands.add_parser("approve", parents=with_output, help="accept a failed gate")
-    approve.add_argument("run")
-    approve.add_argument("--gate", choices=GATES, required=True)
-    retry = commands.add_parser("retry", parents=with_output, help="retry the stage that failed")
-    retry.add_argument("run")
-    retry.add_argument("--stage", choices=STAGES, help="the stage that failed (checked)")
-    logs = commands.add_parser(
-        "logs", parents=[_common(output=False)], help="follow a stage's pods"
-    )
-    logs.add_argument("run")
-    logs.add_argument("--stage", choices=STAGES, help="default: the current stage")
-    logs.add_argument("--no-follow", action="store_true", help="print what is there and stop")
-    logs.add_argument("--tail", type=int, help="lines of each log to start with")
-    return parser
-
-
 def _summary(kube: Kube, name: str, io: Io) -> tuple[dict[str, Any], RunSummary]:
     run = kube.get_run(name)
     return run, summarize(run, io.now)
 
 
 def cmd_status(args: argparse.Namespace, kube: Kube, io: Io) -> int:
-    _, summary = _summary(kube, args.run, io)
-    if getattr(args, "output", None):
-        io.out.write(dump(summary_to_data(summary, io.now), args.output))
+    run, summary = _summary(kube, args.run, io)
+    output: Output | None = getattr(args, "output", None)
+    if output is None or output.format == Format.WIDE:
+        wide = output is not None
+        io.out.write(render_status(summary, io.now, io.unicode, wide=wide))
+    elif output.format == Format.NAME:
+        io.out.write(resource_name(run) + "\n")
+    elif output.template is not None:
+        io.out.write(render_jsonpath(output.template, with_kind(run)))
     else:
-        io.out.write(render_status(summary, io.now, io.unicode))
+        io.out.write(dump(summary_to_data(summary, io.now), output.format.value))
     return EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace, kube: Kube, io: Io) -> int:
-    runs = kube.list_runs(args.all_namespaces)
-    summaries = sorted(
-        (summarize(run, io.now) for run in runs), key=lambda s: (s.namespace, s.name)
+    runs = sorted(
+        kube.list_runs(args.all_namespaces, args.selector),
+        key=lambda r: ((r.get("metadata") or {}).get("namespace", ""), r["metadata"]["name"]),
     )
-    if getattr(args, "output", None):
-        io.out.write(dump([summary_to_data(s, io.now) for s in summaries], args.output))
+    output: Output | None = getattr(args, "output", None)
+    if output is not None and output.format == Format.NAME:
+        io.out.write("".join(resource_name(run) + "\n" for run in runs))
+        return EXIT_OK
+    if output is not None and output.template is not None:
+        io.out.write(render_jsonpath(output.template, as_list([with_kind(r) for r in runs])))
+        return EXIT_OK
+    summaries = [summarize(run, io.now) for run in runs]
+    if output is not None and output.format in (Format.JSON, Format.YAML):
+        data = [summary_to_data(s, io.now) for s in summaries]
+        io.out.write(dump(data, output.format.value))
     elif not summaries:
         where = "any namespace" if args.all_namespaces else f"namespace {kube.namespace}"
-        io.err.write(f"No DFlashRuns found in {where}.\n")
+        matching = f" matching {args.selector}" if args.selector else ""
+        io.err.write(f"No DFlashRuns found in {where}{matching}.\n")
     else:
-        io.out.write(render_list(summaries, io.now, args.all_namespaces))
+        wide = output is not None and output.format == Format.WIDE
+        io.out.write(render_list(summaries, io.now, args.all_namespaces, wide=wide))
     return EXIT_OK
 
 
@@ -240,7 +208,31 @@ def cmd_logs(args: argparse.Namespace, kube: Kube, io: Io) -> int:
         raise CliError(explain_blocked(summary, stage, blocked))
     for pod in blocked:
         io.err.write(f"skipping {pod.pod}: {pod.reason}\n")
-    follow_logs(kube, targets, follow=not args.no_follow, tail=args.tail, out=io.out)
+    follow_logs(kube, targets, follow=args.follow, tail=args.tail, out=io.out)
+    return EXIT_OK
+
+
+def cmd_completion(args: argparse.Namespace, io: Io) -> int:
+    io.out.write(SCRIPTS[args.shell])
+    return EXIT_OK
+
+
+def _lookup(kind: str, flags: Flags) -> list[str]:
+    """Runs, namespaces or contexts for completion; never an error (it would land in the
+    prompt): no cluster, no CRD, no RBAC, no kubeconfig simply give no candidates."""
+    if kind == "contexts":
+        return kubeconfig_contexts(flags.kubeconfig)
+    try:
+        kube = Kube.connect(flags.kubeconfig, flags.context, flags.namespace)
+        if kind == "namespaces":
+            return kube.list_namespaces()
+        return sorted(run["metadata"]["name"] for run in kube.list_runs(False))
+    except Exception:
+        return []
+
+
+def run_completion(words: list[str], io: Io) -> int:
+    io.out.write(complete(build_parser(), words, _lookup).to_protocol())
     return EXIT_OK
 
 
@@ -258,7 +250,12 @@ def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     io = Io(out or sys.stdout, err or sys.stderr)
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == [COMPLETE_COMMAND]:
+        return run_completion(words[1:], io)
+    args = build_parser().parse_args(words)
+    if args.command == "completion":
+        return cmd_completion(args, io)
     try:
         kube = Kube.connect(
             getattr(args, "kubeconfig", None),
@@ -271,6 +268,11 @@ def main(
         return exc.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def complete_main() -> int:
+    """`kubectl_complete-dflash ARGS...`: what kubectl (>= 1.26) runs to complete the plugin."""
+    return main([COMPLETE_COMMAND, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ _STATE_COLUMN = 9
 # What follows a bar: " 100%".
 _PERCENT_WIDTH = len(" 100%")
 OUTPUT_FORMATS = ("json", "yaml")
+WIDE_HEADER = ["TARGET", "POOLS", "GPU-HOURS", "GENERATION"]
 
 
 def human_duration(seconds: float) -> str:
@@ -97,7 +98,45 @@ def _next_steps(summary: RunSummary) -> list[str]:
     return []
 
 
-def render_status(summary: RunSummary, now: datetime, unicode: bool) -> str:
+def pools_text(summary: RunSummary) -> str:
+    """status.nodePools as one table cell: 'regen=b200,train=rtx-pro-6000'."""
+    pools = summary.status.node_pools
+    return ",".join(pools.split()) if pools else "-"
+
+
+def gpu_hours_text(summary: RunSummary, by_stage: bool = False) -> str:
+    hours = summary.status.gpu_hours
+    if hours is None:
+        return "-"
+    text = f"{hours.total:.1f}"
+    if by_stage and hours.by_stage:
+        parts = ", ".join(f"{stage} {value:.1f}" for stage, value in hours.by_stage.items())
+        text += f" ({parts})"
+    return text
+
+
+def generation_text(summary: RunSummary) -> str:
+    """'<metadata.generation>/<status.observedGeneration>': unequal while an edit is pending."""
+    observed = summary.status.observed_generation
+    spec = "-" if summary.generation is None else str(summary.generation)
+    return f"{spec}/{'-' if observed is None else observed}"
+
+
+def _wide_rows(summary: RunSummary) -> list[tuple[str, str]]:
+    observed = summary.status.observed_generation
+    pending = summary.generation is not None and observed != summary.generation
+    generation = f"{summary.generation if summary.generation is not None else '-'}"
+    generation += f" (observed {observed if observed is not None else '-'})"
+    if pending:
+        generation += ": the operator has not acted on the newest spec yet"
+    return [
+        ("Generation", generation),
+        ("Pools", summary.status.node_pools or "-"),
+        ("GPU-hours", gpu_hours_text(summary, by_stage=True)),
+    ]
+
+
+def render_status(summary: RunSummary, now: datetime, unicode: bool, wide: bool = False) -> str:
     status = summary.status
     rows = [
         ("Name", summary.name),
@@ -109,6 +148,8 @@ def render_status(summary: RunSummary, now: datetime, unicode: bool) -> str:
         rows.append(("Message", summary.message))
     if status.start_time is not None:
         rows.append(("Started", f"{status.start_time:%Y-%m-%d %H:%M:%S} UTC"))
+    if wide:
+        rows += _wide_rows(summary)
     lines = [f"{key + ':':<12} {value}" for key, value in rows]
     lines.append("")
     progress_column = BAR_WIDTH + _PERCENT_WIDTH
@@ -164,8 +205,12 @@ def summary_to_data(summary: RunSummary, now: datetime) -> dict[str, Any]:
     }
 
 
-def render_list(summaries: list[RunSummary], now: datetime, all_namespaces: bool) -> str:
+def render_list(
+    summaries: list[RunSummary], now: datetime, all_namespaces: bool, wide: bool = False
+) -> str:
     header = ["NAME", "PHASE", "PROGRESS", "AUDIT", "CHECKPOINT", "ETA", "AGE"]
+    if wide:
+        header += WIDE_HEADER
     if all_namespaces:
         header.insert(0, "NAMESPACE")
     table = [header]
@@ -180,6 +225,13 @@ def render_list(summaries: list[RunSummary], now: datetime, all_namespaces: bool
             human_duration(summary.eta.seconds) if summary.eta else "-",
             ago(summary.created, now).removesuffix(" ago"),
         ]
+        if wide:
+            row += [
+                summary.target or "-",
+                pools_text(summary),
+                gpu_hours_text(summary),
+                generation_text(summary),
+            ]
         if all_namespaces:
             row.insert(0, summary.namespace)
         table.append(row)

@@ -82,6 +82,8 @@ class RunSummary:
     stages: list[StageLine]
     status: DFlashRunStatus
     eta: Eta | None
+    # metadata.generation: the spec's version, compared with status.observedGeneration.
+    generation: int | None = None
 
     @property
     def current(self) -> StageLine | None:
@@ -288,6 +290,9 @@ def summarize(run: dict[str, Any], now: datetime) -> RunSummary:
         stages=stages,
         status=status,
         eta=None,
+        generation=generation
+        if isinstance(generation := metadata.get("generation"), int)
+        else None,
     )
     eta = _eta(status, summary.current, now)
     return summary if eta is None else replace(summary, eta=eta)
