@@ -22,9 +22,14 @@ app.kubernetes.io/name: dflash-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* "repository:tag" of an image value; an empty tag is the chart's appVersion. */}}
+{{/* "repository@digest" of an image value when it has a digest (the tag is then ignored),
+else "repository:tag"; an empty tag is the chart's appVersion. */}}
 {{- define "dflash-operator.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -1,0 +1,59 @@
+"""The chart's escape hatches, rendered with `helm template`: image digests, a ServiceAccount
+the chart does not create, extra env and volumes, pod and container security contexts (and
+OpenShift's restricted-v2, which assigns the UID), the readiness probe, and the metrics objects
+(Service, ServiceMonitor, PrometheusRule, Grafana dashboard) each on its own switch."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+# chart.py, loaded by path by conftest.py (tests are imported in importlib mode).
+chart = sys.modules["dflash_chart_test_helpers"]
+CHART = chart.CHART
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def deployment(*args: str) -> dict[str, Any]:
+    return dict(chart.only(chart.render(*args), "Deployment"))
+
+
+def container(*args: str) -> dict[str, Any]:
+    (operator,) = deployment(*args)["spec"]["template"]["spec"]["containers"]
+    return dict(operator)
+
+
+def env_of(operator: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in operator["env"]}
+
+
+def refused(*args: str) -> str:
+    result = chart.helm("template", "x", str(CHART), *args, check=False)
+    assert result.returncode != 0, result.stdout[:500]
+    return str(result.stderr)
+
+
+# --- image digests ---------------------------------------------------------------------------
+def test_images_render_repository_colon_tag_when_no_digest_is_set() -> None:
+    operator = container("--set", "image.tag=v9")
+    assert operator["image"] == "ghcr.io/dflash-dev/dflash-operator:v9"
+    assert env_of(operator)["DFLASH_TRAINER_IMAGE"] == "ghcr.io/dflash-dev/dflash-trainer:0.1.0"
+
+
+def test_a_digest_renders_repository_at_digest_and_the_tag_is_ignored() -> None:
+    operator = container(
+        "--set", "image.tag=v9", "--set", f"image.digest={DIGEST}",
+        "--set", f"stageImages.regen.digest={DIGEST}",
+        "--set", "stageImages.trainer.tag=v9", "--set", f"stageImages.trainer.digest={DIGEST}",
+    )  # fmt: skip
+    assert operator["image"] == f"ghcr.io/dflash-dev/dflash-operator@{DIGEST}"
+    env = env_of(operator)
+    assert env["DFLASH_REGEN_IMAGE"] == f"ghcr.io/dflash-dev/dflash-regen@{DIGEST}"
+    assert env["DFLASH_TRAINER_IMAGE"] == f"ghcr.io/dflash-dev/dflash-trainer@{DIGEST}"
+
+
+def test_a_digest_that_is_not_one_is_refused_by_the_schema() -> None:
+    assert "at '/image/digest'" in refused("--set", "image.digest=latest")
+    assert "at '/stageImages/trainer/digest'" in refused("--set", "stageImages.trainer.digest=v1")
