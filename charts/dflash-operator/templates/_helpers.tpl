@@ -5,6 +5,22 @@
 {{- .Values.fullnameOverride | default .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The ServiceAccount the operator runs as, which every binding and the operator's admission
+policy name: serviceAccount.name, else the fullname. Without serviceAccount.create the chart
+creates none, so the name must be given (the namespace's "default" account would receive the
+operator's rights otherwise).
+*/}}
+{{- define "dflash-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "dflash-operator.fullname" .) -}}
+{{- else if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else -}}
+{{- fail "serviceAccount.create=false needs serviceAccount.name: the existing ServiceAccount (in the release namespace) the operator runs as and the chart's RBAC binds" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dflash-operator.labels" -}}
 app.kubernetes.io/name: dflash-operator
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -106,6 +106,8 @@ class Release:
     workdir: Path
     installed: bool = False
     harnesses: list[Any] = field(default_factory=list)
+    # serviceAccount.name of the install; empty: the chart's default, the release name.
+    service_account: str = ""
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return helm(*args, "-n", self.namespace, kubeconfig=self.cluster.kubeconfig, check=check)
@@ -131,7 +133,7 @@ class Release:
     # --- what the release installed ---------------------------------------------------------
     @property
     def account(self) -> str:
-        return self.name
+        return self.service_account or self.name
 
     @property
     def user(self) -> str:

@@ -42,11 +42,12 @@ DISCOVERY_RIGHTS = {
 }
 
 
-# Leader election, in the release namespace only: create a Lease, then get/update only its own.
+# Leader election, in the release namespace only: create a Lease, then get/update only its own
+# (named after the release, whichever account the operator runs as).
 def leader_rights(release: Any) -> dict[str, set[str]]:
     return {
         "leases.coordination.k8s.io": {"create"},
-        f"leases.coordination.k8s.io[{release.account}]": {"get", "update"},
+        f"leases.coordination.k8s.io[{release.name}]": {"get", "update"},
     }
 
 
@@ -162,6 +163,29 @@ def test_the_operator_can_grant_the_trainers_role_but_nothing_it_does_not_hold(
     escalation = as_operator(release, "create", "-f", "-", input=role("t2-trainer", secrets_rule))
     assert escalation.returncode != 0
     assert "attempting to grant RBAC permissions not currently held" in escalation.stderr
+
+
+def test_an_existing_service_account_named_by_the_values_gets_the_rights_and_none_is_created(
+    release: Any,
+) -> None:
+    release.service_account = "platform-dflash"
+    release.cluster.kubectl("create", "serviceaccount", release.account, "-n", release.namespace)
+    release.install(
+        "--set", "serviceAccount.create=false", "--set", f"serviceAccount.name={release.account}"
+    )
+    assert rights(release, release.namespace) == OPERATOR_RIGHTS | leader_rights(release)
+    # The chart's default name (the release's) is bound to nothing.
+    default_user = f"system:serviceaccount:{release.namespace}:{release.name}"
+    assert not can_i(release, "list", "jobs.batch", "-n", "x", as_user=default_user)
+    assert release.deployment()["spec"]["template"]["spec"]["serviceAccountName"] == release.account
+    assert not [o for o in release.owned([release.namespace]) if o.startswith("serviceaccounts/")]
+    # The operator's admission policy holds the named account to its rules.
+    unlabelled = json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r1-config"}}
+    )
+    result = as_operator(release, "create", "--dry-run=server", "-f", "-", input=unlabelled)
+    assert result.returncode != 0
+    assert "labelled app.kubernetes.io/managed-by=dflash-operator" in result.stderr
 
 
 def test_single_namespace_mode_gives_rights_in_the_watched_namespaces_only(

@@ -57,3 +57,46 @@ def test_a_digest_renders_repository_at_digest_and_the_tag_is_ignored() -> None:
 def test_a_digest_that_is_not_one_is_refused_by_the_schema() -> None:
     assert "at '/image/digest'" in refused("--set", "image.digest=latest")
     assert "at '/stageImages/trainer/digest'" in refused("--set", "stageImages.trainer.digest=v1")
+
+
+# --- the ServiceAccount ----------------------------------------------------------------------
+def subjects(manifests: list[dict[str, Any]]) -> list[str]:
+    """The account every binding of the chart grants its role to."""
+    return [
+        s["name"]
+        for m in manifests
+        if m["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        for s in m["subjects"]
+    ]
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "single-namespace"])
+def test_without_service_account_create_every_binding_and_the_policy_name_the_given_account(
+    mode: str,
+) -> None:
+    args = ["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform-ops"]
+    if mode == "single-namespace":
+        args += ["--set", "operator.watchNamespaces={team-a}"]
+    manifests = chart.render(*args)
+    assert not [m for m in manifests if m["kind"] == "ServiceAccount"]
+    assert subjects(manifests) and set(subjects(manifests)) == {"platform-ops"}
+    spec = chart.only(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "platform-ops"
+    policy = chart.only(manifests, "ValidatingAdmissionPolicy", "dflash-operator-operator-writes")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "'system:serviceaccount:dflash-system:platform-ops'" in condition["expression"]
+
+
+def test_a_created_service_account_may_be_named_and_is_the_one_bound() -> None:
+    manifests = chart.render("--set", "serviceAccount.name=ops")
+    assert chart.only(manifests, "ServiceAccount")["metadata"]["name"] == "ops"
+    assert set(subjects(manifests)) == {"ops"}
+
+
+def test_without_service_account_create_a_name_is_required() -> None:
+    message = refused("--set", "serviceAccount.create=false")
+    assert "serviceAccount.create=false needs serviceAccount.name" in message
+
+
+def test_the_operators_account_may_not_be_named_like_a_runs_trainer_account() -> None:
+    assert "at '/serviceAccount/name'" in refused("--set", "serviceAccount.name=ops-trainer")
