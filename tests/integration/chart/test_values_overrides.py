@@ -100,3 +100,28 @@ def test_without_service_account_create_a_name_is_required() -> None:
 
 def test_the_operators_account_may_not_be_named_like_a_runs_trainer_account() -> None:
     assert "at '/serviceAccount/name'" in refused("--set", "serviceAccount.name=ops-trainer")
+
+
+# --- extra env and volumes -------------------------------------------------------------------
+def test_extra_env_and_volumes_are_added_after_the_charts_own() -> None:
+    values = CHART / "ci" / "namespaced-values.yaml"
+    spec = deployment("-f", str(values))["spec"]["template"]["spec"]
+    (operator,) = spec["containers"]
+    names = [e["name"] for e in operator["env"]]
+    assert names[0] == "DFLASH_POOLS_FILE" and names[-2:] == ["HTTPS_PROXY", "NODE_NAME"]
+    assert operator["env"][-1]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert [v["name"] for v in spec["volumes"]] == ["pools", "tmp", "ca-bundle"]
+    assert spec["volumes"][-1]["configMap"] == {"name": "corporate-ca", "optional": True}
+    assert operator["volumeMounts"][-1] == {
+        "name": "ca-bundle", "mountPath": "/etc/ssl/custom", "readOnly": True,
+    }  # fmt: skip
+
+
+def test_no_extra_env_or_volumes_by_default() -> None:
+    spec = deployment()["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["pools", "tmp"]
+
+
+def test_an_extra_volume_may_not_take_the_name_of_one_of_the_charts_own() -> None:
+    message = refused("--set", "extraVolumes[0].name=tmp", "--set", "extraVolumes[0].emptyDir=null")
+    assert "at '/extraVolumes/0/name'" in message

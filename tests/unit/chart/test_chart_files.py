@@ -25,6 +25,8 @@ FREE_FORM = {
     "/$defs/affinity/properties/nodeAffinity",
     "/$defs/affinity/properties/podAffinity",
     "/$defs/affinity/properties/podAntiAffinity",
+    "/$defs/envVar/properties/valueFrom",
+    "/$defs/volume",
 }
 KEY_LINE = re.compile(r"^(\s*)(- )?[\"']?([A-Za-z0-9_.\-/]+)[\"']?:")
 
