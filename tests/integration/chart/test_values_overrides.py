@@ -5,6 +5,7 @@ OpenShift's restricted-v2, which assigns the UID), the readiness probe, and the 
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -125,3 +126,72 @@ def test_no_extra_env_or_volumes_by_default() -> None:
 def test_an_extra_volume_may_not_take_the_name_of_one_of_the_charts_own() -> None:
     message = refused("--set", "extraVolumes[0].name=tmp", "--set", "extraVolumes[0].emptyDir=null")
     assert "at '/extraVolumes/0/name'" in message
+
+
+# --- security contexts -----------------------------------------------------------------------
+OPENSHIFT = [
+    "--set",
+    "podSecurityContext.runAsUser=null",
+    "--set",
+    "podSecurityContext.runAsGroup=null",
+]
+
+
+def test_the_default_security_contexts_are_pod_security_restricted_with_the_images_user() -> None:
+    spec = deployment()["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    assert spec["containers"][0]["securityContext"] == {
+        "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+
+
+def test_a_null_uid_and_gid_leave_them_to_the_platform_and_run_as_non_root_stays() -> None:
+    """OpenShift's restricted-v2 assigns a UID from the namespace's range and refuses a fixed
+    one; runAsNonRoot must stay, even when set to null too."""
+    spec = deployment(*OPENSHIFT, "--set", "podSecurityContext.runAsNonRoot=null")
+    pod = spec["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["containers"][0]["securityContext"]["runAsNonRoot"] is True
+    assert "runAsUser" not in pod["containers"][0]["securityContext"]
+
+
+def test_the_security_contexts_take_other_settings_and_refuse_running_as_root_allowed() -> None:
+    pod = deployment(
+        "--set", "podSecurityContext.fsGroup=2000",
+        "--set", "securityContext.capabilities.add={NET_BIND_SERVICE}",
+    )["spec"]["template"]["spec"]  # fmt: skip
+    assert pod["securityContext"]["fsGroup"] == 2000
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {
+        "add": ["NET_BIND_SERVICE"], "drop": ["ALL"],
+    }  # fmt: skip
+    assert "at '/podSecurityContext/runAsNonRoot'" in refused(
+        "--set", "podSecurityContext.runAsNonRoot=false"
+    )
+    assert "additional properties 'privileged' not allowed" in refused(
+        "--set", "securityContext.privileged=true"
+    )
+
+
+def test_the_pod_without_a_fixed_uid_is_still_admitted_under_pod_security_restricted(
+    cluster: Any, namespace: str
+) -> None:
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    spec = deployment(*OPENSHIFT)["spec"]["template"]["spec"]
+    spec["serviceAccountName"] = "default"  # the release's account is not installed here
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "operator-openshift-check", "namespace": namespace}, "spec": spec,
+    }  # fmt: skip
+    admitted = cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+    )
+    assert admitted.returncode == 0, admitted.stderr

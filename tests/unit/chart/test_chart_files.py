@@ -27,6 +27,8 @@ FREE_FORM = {
     "/$defs/affinity/properties/podAntiAffinity",
     "/$defs/envVar/properties/valueFrom",
     "/$defs/volume",
+    "/properties/podSecurityContext/properties/seLinuxOptions",
+    "/properties/securityContext/properties/seLinuxOptions",
 }
 KEY_LINE = re.compile(r"^(\s*)(- )?[\"']?([A-Za-z0-9_.\-/]+)[\"']?:")
 
