@@ -24,6 +24,7 @@ BINARIES = {
     "actionlint": ("ACTIONLINT_VERSION", "actionlint"),
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
+    "promtool": ("PROMETHEUS_VERSION", "promtool"),
 }
 
 
@@ -51,6 +52,7 @@ def share_dir(name: str) -> Path:
         "kwok": "KWOK_VERSION",
         "training-operator": "TRAINING_OPERATOR_VERSION",
         "kueue": "KUEUE_VERSION",
+        "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION",
     }[name]
     return cache_root() / "share" / f"{name}-{versions()[key]}"
 
