@@ -57,6 +57,17 @@ def share_dir(name: str) -> Path:
     return cache_root() / "share" / f"{name}-{versions()[key]}"
 
 
+def ensure_prometheus_operator_crds() -> Path:
+    """The prometheus-operator CRDs (ServiceMonitor, PrometheusRule, ...) of the pinned version,
+    fetched from the Go module proxy when missing (no binary: files of the module zip)."""
+    directory = share_dir("prometheus-operator")
+    if not directory.exists():
+        result = subprocess.run(["bash", str(BUILD_SCRIPT), "prometheus-operator-crds"], check=False)
+        if result.returncode != 0:
+            raise DevError("fetching the prometheus-operator CRDs failed (see the messages above)")
+    return directory
+
+
 def missing() -> list[str]:
     return [name for name in BINARIES if not cached_path(name).exists()]
 
