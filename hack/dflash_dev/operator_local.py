@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,11 +184,13 @@ class OperatorProcess:
     resync_seconds: float = 60.0
     metrics_port: int = 0
     health_port: int = 0
+    readiness_port: int = 0
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         self.metrics_port = free_port()
         self.health_port = free_port({self.metrics_port})
+        self.readiness_port = free_port({self.metrics_port, self.health_port})
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -195,6 +198,7 @@ class OperatorProcess:
             "DFLASH_NAMESPACES": ",".join(self.namespaces),
             "DFLASH_METRICS_PORT": str(self.metrics_port),
             "DFLASH_HEALTH_PORT": str(self.health_port),
+            "DFLASH_READINESS_PORT": str(self.readiness_port),
             "DFLASH_BIND_ADDRESS": "127.0.0.1",
             "DFLASH_RESYNC_SECONDS": str(self.resync_seconds),
             "DFLASH_LOG_FORMAT": "text",
@@ -237,6 +241,15 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:
             return str(answer.read().decode())
+
+    def readyz(self) -> tuple[int, str]:
+        """GET /readyz: the status code and the body (why not ready)."""
+        url = f"http://127.0.0.1:{self.readiness_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return int(answer.status), str(answer.read().decode())
+        except urllib.error.HTTPError as error:
+            return int(error.code), str(error.read().decode())
 
     def kill(self) -> int | None:
         """SIGKILL, like an OOM kill or a node loss; returns the exit status."""

@@ -73,6 +73,12 @@ class OperatorConfig(BaseModel):
     run_as_user: int = Field(default=DEFAULT_RUN_AS_USER, ge=1)
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="0 disables /metrics.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0 disables /healthz.")
+    readiness_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of /readyz (ready: the PyTorchJob CRD is established); 0 disables it.",
+    )
     leader_election: bool = Field(
         default=False,
         description="Elect one active instance with a Lease (replicas > 1); the others stand by.",

@@ -14,6 +14,7 @@ from dflash_operator.config import ConfigError, OperatorConfig, add_flags, load_
 from dflash_operator.handlers import children, lifecycle, runs
 from dflash_operator.leadership import exit_on_lost_lease, lease_settings, standby_health
 from dflash_operator.pools import PoolsError, load_pools
+from dflash_operator.readiness import ReadinessServer, check_crd
 from dflash_operator.runtime.kube import Kube, load_api_client
 from dflash_operator.runtime.leader import LeaseElector
 from dflash_operator.version import OPERATOR_VERSION
@@ -22,6 +23,8 @@ HANDLER_MODULES = (children, lifecycle, runs)
 EXIT_BAD_CONFIG = 2
 # Named, not __name__: `python -m dflash_operator.main` would log as __main__, outside our level.
 log = logging.getLogger("dflash_operator.main")
+# A readiness check waits at most this long for the API server (the probe times out at 5 s).
+PROBE_TIMEOUT = 4.0
 
 
 def setup_logging(config: OperatorConfig) -> None:
@@ -55,13 +58,23 @@ def cli(argv: list[str] | None = None) -> int:
         config.regen_image,
         config.trainer_image,
     )
-    elector = None
+    settings = None
     if config.leader_election:
         try:
             settings = lease_settings(config)
         except ConfigError as error:
             print(f"dflash-operator: {error}", file=sys.stderr)
             return EXIT_BAD_CONFIG
+    readiness = None
+    if config.readiness_port:
+        # Before the election, so that a standby is Ready too; its own client, so that a slow
+        # probe never delays a lease renewal.
+        probe_kube = Kube(load_api_client(pool_size=1), config.connect_timeout, PROBE_TIMEOUT)
+        readiness = ReadinessServer(
+            config.bind_address, config.readiness_port, lambda: check_crd(probe_kube)
+        ).start()
+    elector = None
+    if settings is not None:
         kube = Kube(load_api_client(pool_size=2), config.connect_timeout, config.request_timeout)
         elector = LeaseElector(kube, settings)
         with standby_health(config):
@@ -78,6 +91,8 @@ def cli(argv: list[str] | None = None) -> int:
     finally:
         if elector is not None:
             elector.release()
+        if readiness is not None:
+            readiness.stop()
     return 0
 
 
