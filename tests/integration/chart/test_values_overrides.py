@@ -195,3 +195,18 @@ def test_the_pod_without_a_fixed_uid_is_still_admitted_under_pod_security_restri
         "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
     )
     assert admitted.returncode == 0, admitted.stderr
+
+
+# --- the readiness probe ---------------------------------------------------------------------
+def test_the_readiness_probe_asks_readyz_on_its_own_port() -> None:
+    operator = container("--set", "readinessPort=9191")
+    assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ready"}
+    ports = {p["name"]: p["containerPort"] for p in operator["ports"]}
+    assert ports["ready"] == 9191 and ports["health"] == 8080
+    assert env_of(operator)["DFLASH_READINESS_PORT"] == "9191"
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_ports_that_collide_are_refused_with_the_ports() -> None:
+    message = refused("--set", "readinessPort=8080")
+    assert "healthPort, readinessPort and metrics.port must differ, got 8080, 8080, 9090" in message

@@ -1,0 +1,83 @@
+"""The operator's /readyz on the real control plane: Ready with the training-operator's
+PyTorchJob CRD, 503 with the reason while its API is gone (then Ready again, same process), a
+CRD that is not installed named in the answer, and a standby Ready while another replica leads.
+
+The API is taken away as in test_training_operator_missing.py: the CRD's only version is marked
+`served: false` (a 404 on the resource, as without the CRD), then put back."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from dflash_dev import operator_local
+from dflash_dev.kube_wait import wait_for
+from dflash_operator.readiness import ReadinessServer, check_crd
+from dflash_operator.runtime.kube import Kube, load_api_client
+
+CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
+
+
+def serve_pytorchjobs(cluster: Any, served: bool) -> None:
+    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
+    cluster.kubectl("patch", CRD, "--type=json", "-p", json.dumps(patch))
+
+
+def test_ready_with_the_pytorchjob_crd_and_503_with_the_reason_while_its_api_is_gone(
+    harness: Any, cluster: Any
+) -> None:
+    operator = harness.start_operator()
+    assert operator.readyz() == (
+        200, "ready: PyTorchJob CRD pytorchjobs.kubeflow.org is established\n",
+    )  # fmt: skip
+    serve_pytorchjobs(cluster, False)
+    try:
+        answer = wait_for("/readyz to answer 503", lambda: (a := operator.readyz())[0] == 503 and a)
+        assert answer[1] == (
+            "PyTorchJob CRD pytorchjobs.kubeflow.org does not serve version v1: install the "
+            "Kubeflow training-operator v1.9\n"
+        )
+    finally:
+        serve_pytorchjobs(cluster, True)
+    wait_for("/readyz to answer 200 again", lambda: operator.readyz()[0] == 200)
+    assert operator.alive()
+    assert "does not serve version v1" in operator.log_tail(200)  # the kubelet shows no body
+
+
+def test_a_crd_that_is_not_installed_is_not_ready_and_the_answer_names_it(
+    harness: Any,
+) -> None:
+    """The check against the real API server, with the operator's own RBAC (list CRDs), pointed
+    at a CRD name no cluster has."""
+    kube = Kube(load_api_client(str(harness.operator_kubeconfig), pool_size=1), 5.0, 10.0)
+    assert check_crd(kube).ready
+    missing = "pytorchjobs.missing.kubeflow.org"
+    server = ReadinessServer("127.0.0.1", 0, lambda: check_crd(kube, missing)).start()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=10)
+        assert refused.value.code == 503
+        assert refused.value.read().decode() == (
+            f"PyTorchJob CRD {missing} not installed: install the Kubeflow training-operator v1.9\n"
+        )
+    finally:
+        server.stop()
+
+
+def test_a_standby_is_ready_while_another_replica_leads(harness: Any) -> None:
+    def replica(name: str) -> dict[str, str]:
+        return {
+            "DFLASH_LEADER_ELECTION": "true",
+            "DFLASH_LEASE_NAMESPACE": operator_local.NAMESPACE,
+            "POD_NAME": name,
+        }
+
+    leader = harness.start_operator(replica("op-a"))
+    wait_for("op-a to lead", lambda: "dflash-operator started" in leader.log_tail(200))
+    standby = harness.start_operator(replica("op-b"))
+    wait_for("op-b to stand by", lambda: "standing by as op-b_" in standby.log_tail(200))
+    assert standby.readyz()[0] == 200
+    assert leader.readyz()[0] == 200
