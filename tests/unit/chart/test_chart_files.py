@@ -200,3 +200,25 @@ def test_the_crd_is_kept_when_the_release_or_its_argo_application_goes() -> None
     """Deleting the CRD would delete every run and its running Jobs and PyTorchJobs."""
     crd = yaml.safe_load((ROOT / CHART_CRD_PATH).read_text().split("---\n", 1)[1])
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)[^)]*\)")
+
+
+def test_the_charts_readme_links_only_to_urls_or_files_packaged_with_the_chart() -> None:
+    """The README is packaged (Artifact Hub, `helm show readme`): a link outside the chart
+    (../../docs/...) would be dead there."""
+    chart_dir = CHART.resolve()
+    broken = []
+    for target in MARKDOWN_LINK.findall((CHART / "README.md").read_text()):
+        if re.match(r"^(https?|mailto):", target) or target.startswith("#"):
+            continue
+        path = (CHART / target.split("#")[0]).resolve()
+        if not path.is_relative_to(chart_dir) or not path.exists():
+            broken.append(target)
+    assert broken == [], "link to https://github.com/dflash-dev/dflash-operator/blob/main/..."
+
+
+def test_the_readme_link_check_can_fail() -> None:
+    found = MARKDOWN_LINK.findall("see [helm](../../docs/helm.md) and [v](values.yaml 'x')")
+    assert found == ["../../docs/helm.md", "values.yaml"]
