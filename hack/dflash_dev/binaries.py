@@ -62,7 +62,9 @@ def ensure_prometheus_operator_crds() -> Path:
     fetched from the Go module proxy when missing (no binary: files of the module zip)."""
     directory = share_dir("prometheus-operator")
     if not directory.exists():
-        result = subprocess.run(["bash", str(BUILD_SCRIPT), "prometheus-operator-crds"], check=False)
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "prometheus-operator-crds"], check=False
+        )
         if result.returncode != 0:
             raise DevError("fetching the prometheus-operator CRDs failed (see the messages above)")
     return directory
