@@ -2,7 +2,7 @@
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
 # Usage: hack/build-binaries.sh [name ...]
-#   names: etcd kube kwok helm training-operator kueue actionlint promtool prometheus-operator-crds
+#   names: etcd kube kwok helm training-operator kueue actionlint promtool
 # Each binary is skipped when its cached file exists. Nothing is downloaded from
 # GitHub or dl.k8s.io: only the Go module proxy is used.
 set -euo pipefail
@@ -183,20 +183,8 @@ build_promtool() {
   go_install promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ""
 }
 
-# No binary: the CRDs (monitoring.coreos.com) ship in the module zip.
-build_prometheus_operator_crds() {
-  local share="$cache/share/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
-  [ -d "$share" ] && return 0
-  check_proxy github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
-  local src; src="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-  mkdir -p "$share.tmp"
-  cp "$src"/example/prometheus-operator-crd/*.yaml "$share.tmp/"
-  chmod -R u+w "$share.tmp"
-  mv "$share.tmp" "$share"
-}
-
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool prometheus-operator-crds)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool)
 for t in "${targets[@]}"; do
   case "$t" in
     actionlint) build_actionlint ;;
@@ -207,8 +195,7 @@ for t in "${targets[@]}"; do
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
     promtool) build_promtool ;;
-    prometheus-operator-crds) build_prometheus_operator_crds ;;
-    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool prometheus-operator-crds" ;;
+    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool" ;;
   esac
 done
 echo "build-binaries: all binaries present in $bin"

@@ -52,22 +52,8 @@ def share_dir(name: str) -> Path:
         "kwok": "KWOK_VERSION",
         "training-operator": "TRAINING_OPERATOR_VERSION",
         "kueue": "KUEUE_VERSION",
-        "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION",
     }[name]
     return cache_root() / "share" / f"{name}-{versions()[key]}"
-
-
-def ensure_prometheus_operator_crds() -> Path:
-    """The prometheus-operator CRDs (ServiceMonitor, PrometheusRule, ...) of the pinned version,
-    fetched from the Go module proxy when missing (no binary: files of the module zip)."""
-    directory = share_dir("prometheus-operator")
-    if not directory.exists():
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "prometheus-operator-crds"], check=False
-        )
-        if result.returncode != 0:
-            raise DevError("fetching the prometheus-operator CRDs failed (see the messages above)")
-    return directory
 
 
 def missing() -> list[str]:

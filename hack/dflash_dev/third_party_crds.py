@@ -1,6 +1,7 @@
-"""CRDs of the tools the examples target (Argo CD, External Secrets, Sealed Secrets), copied
-from their Go module zips on the module proxy and cached by version, so that tests apply the
-examples' manifests to the local API server against the real schemas. No controller of these
+"""CRDs of the tools the examples and the chart target (Argo CD, External Secrets, Sealed Secrets,
+prometheus-operator), copied from their Go module zips on the module proxy and cached by
+version, so that tests apply the examples' manifests and the chart's ServiceMonitor and
+PrometheusRule to the local API server against the real schemas. No controller of these
 tools runs: the API server only validates and stores the objects."""
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ SOURCES = {
         "github.com/bitnami-labs/sealed-secrets",
         "SEALED_SECRETS_VERSION",
         ("helm/sealed-secrets/crds/bitnami.com_sealedsecrets.yaml",),
+    ),
+    "prometheus-operator": CrdSource(
+        "github.com/prometheus-operator/prometheus-operator",
+        "PROMETHEUS_OPERATOR_VERSION",
+        (
+            "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+            "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+        ),
     ),
 }
 

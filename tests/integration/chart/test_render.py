@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dflash_dev import binaries
+from dflash_dev import third_party_crds
 from dflash_dev.pytest_plugin import ClusterHandle
 from dflash_operator.pools import parse_pools
 
@@ -50,9 +50,7 @@ MONITORING_CRDS = ("servicemonitors", "prometheusrules")
 def install_monitoring_crds(cluster: ClusterHandle) -> None:
     """The pinned prometheus-operator's CRDs (hack/versions.env), left on the shared cluster:
     cluster-wide, and the same for every test."""
-    crds = binaries.ensure_prometheus_operator_crds()
-    for plural in MONITORING_CRDS:
-        path = crds / f"monitoring.coreos.com_{plural}.yaml"
+    for path in third_party_crds.ensure("prometheus-operator"):
         cluster.kubectl("apply", "--server-side", "--field-manager=chart-test", "-f", str(path))
     for plural in MONITORING_CRDS:
         cluster.kubectl(
