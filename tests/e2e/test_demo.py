@@ -23,6 +23,10 @@ VERIFY_PROMPTS = 4
 VERIFY_NEW_TOKENS = 40
 
 
+# The trained drafter of this smaller run beats an untrained one (1.00) by this much at least.
+E2E_ACCEPTANCE_FLOOR = 1.1
+
+
 def verify_against_target(
     drafter_uri: str, model_uri: str, workdir: Path
 ) -> list[tuple[list[int], list[int]]]:
@@ -85,7 +89,8 @@ def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
     assert status["stages"]["regeneration"]["samples"] == 4 * 16
     assert status["training"]["step"] == status["training"]["totalSteps"] > 0
     assert status["checkpoint"]["step"] == status["training"]["step"]
-    assert status["acceptanceLength"] >= 1.0
+    # Measured 1.15 on fresh clones (docs/demo.md); an untrained drafter gives 1.00.
+    assert status["acceptanceLength"] >= E2E_ACCEPTANCE_FLOOR, status["acceptanceLength"]
     drafter_uri = status["drafterUri"]
     assert drafter_uri.startswith(f"s3://{harness.bucket}/") and drafter_uri.endswith("/final")
 
