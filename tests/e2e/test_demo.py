@@ -89,7 +89,7 @@ def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
     assert status["stages"]["regeneration"]["samples"] == 4 * 16
     assert status["training"]["step"] == status["training"]["totalSteps"] > 0
     assert status["checkpoint"]["step"] == status["training"]["step"]
-    # Measured 1.15 on fresh clones (docs/demo.md); an untrained drafter gives 1.00.
+    # Measured 1.15 on 2026-12-03 (docs/demo.md); an untrained drafter gives 1.00.
     assert status["acceptanceLength"] >= E2E_ACCEPTANCE_FLOOR, status["acceptanceLength"]
     drafter_uri = status["drafterUri"]
     assert drafter_uri.startswith(f"s3://{harness.bucket}/") and drafter_uri.endswith("/final")
