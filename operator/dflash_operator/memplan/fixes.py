@@ -14,10 +14,15 @@ from dflash_operator.memplan.estimate import (
 )
 from dflash_operator.memplan.shapes import DrafterShape, TargetShape
 
-Knob = Literal["batch_size", "loss_chunk_tokens", "strategy", "max_seq_len", "world_size"]
+Knob = Literal[
+    "batch_size", "anchors_per_sequence", "loss_chunk_tokens", "strategy", "max_seq_len",
+    "world_size",
+]  # fmt: skip
 # Sequence lengths are tried in steps of 256 tokens, never below 512.
 SEQ_LEN_STEP = 256
 MIN_SEQ_LEN = 512
+# Anchors are halved down to 64 per sequence (fewer blocks per step, not a smaller model).
+MIN_ANCHORS = 64
 # More ranks only shrink FSDP2's shards; the search stops at 8 nodes of 8 GPUs.
 MAX_WORLD_SIZE = 64
 
@@ -45,6 +50,13 @@ def find_fixes(
         if total >= 0:
             fixes.append(Fix("batch_size", batch, total))
             break
+    anchors = setup.anchors_per_sequence // 2
+    while anchors >= MIN_ANCHORS:
+        total = _fits(target, drafter, replace(setup, anchors_per_sequence=anchors), capacity)
+        if total >= 0:
+            fixes.append(Fix("anchors_per_sequence", anchors, total))
+            break
+        anchors //= 2
     chunk = setup.loss_chunk_tokens // 2 // LOSS_CHUNK_ROW_MULTIPLE * LOSS_CHUNK_ROW_MULTIPLE
     while chunk >= LOSS_CHUNK_ROW_MULTIPLE:
         total = _fits(target, drafter, replace(setup, loss_chunk_tokens=chunk), capacity)

@@ -51,3 +51,9 @@ def format_fixes(
         for fix in fixes
     ]
     return "change one of: " + "; ".join(parts)
+
+
+def format_terms_inline(estimate: MemoryEstimate) -> str:
+    """`frozen target 50.10 GiB + activations 27.88 GiB + ...`: every term on one line."""
+    terms = (*estimate.persistent, *estimate.peak_terms, estimate.workspace)
+    return " + ".join(f"{term.name} {gib(term.bytes)}" for term in terms if term.bytes)

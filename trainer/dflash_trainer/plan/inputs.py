@@ -26,6 +26,7 @@ from dflash_trainer.train.config import TrainConfig
 # The train.yaml key of each knob the fixes may change.
 TRAIN_FIELDS: dict[Knob, str] = {
     "batch_size": "data.batch_size",
+    "anchors_per_sequence": "objective.anchors_per_sequence",
     "loss_chunk_tokens": "objective.loss_chunk_tokens",
     "strategy": "distributed.strategy",
     "max_seq_len": "data.max_seq_len",
@@ -111,6 +112,7 @@ def build_plan_inputs(
 def current_values(setup: RankSetup) -> dict[Knob, object]:
     return {
         "batch_size": setup.batch_size,
+        "anchors_per_sequence": setup.anchors_per_sequence,
         "loss_chunk_tokens": setup.loss_chunk_tokens,
         "strategy": setup.strategy,
         "max_seq_len": setup.max_seq_len,
