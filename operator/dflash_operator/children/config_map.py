@@ -104,7 +104,12 @@ def build_train_file(
         },
         "objective": {
             "anchors_per_sequence": training.anchors_per_sequence,
-            "gamma": training.loss_decay_gamma,
+            # Unset: the trainer takes gamma from the block size (train/anchors.py).
+            **(
+                {"gamma": training.loss_decay_gamma}
+                if training.loss_decay_gamma is not None
+                else {}
+            ),
         },
         "optim": {
             "lr": training.learning_rate,
