@@ -75,7 +75,7 @@ def build_rank_inputs(
     return drafter, setup
 
 
-def _spec_value(value: int | str) -> int | str:
+def spec_value(value: int | str) -> int | str:
     """The spec spells the trainer's `fsdp2` as `fsdp`."""
     return "fsdp" if value == "fsdp2" else value
 
@@ -102,7 +102,7 @@ def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCh
     if estimate.fits(capacity):
         return MemoryCheck(True, f"training needs {gib(estimate.total_bytes)} of {gib(capacity)}")
     fixes = [
-        Fix(f.knob, _spec_value(f.value), f.total_bytes)
+        Fix(f.knob, spec_value(f.value), f.total_bytes)
         for f in find_fixes(target, drafter, setup, capacity)
         if f.knob in SPEC_FIELDS
     ]

@@ -162,3 +162,17 @@ def test_fsdp2_shards_the_drafter_state_but_not_the_target() -> None:
     )
     assert ddp.persistent[0] == fsdp.persistent[0]
     assert fsdp.total_bytes < ddp.total_bytes - (20 << 30)
+
+
+def test_a_dflashrun_that_does_not_fit_is_told_its_spec_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = yaml.safe_load((REPO / "examples" / "qwen3.6-27b.yaml").read_text())
+    run["spec"]["training"].update(batchSize=4)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    assert main([str(path), "--gpu-memory", "95Gi"]) == 1
+    err = capsys.readouterr().err
+    assert "spec.training.batchSize 4 -> 2" in err
+    assert "spec.training.anchorsPerSequence 512 -> 256" in err
+    assert "loss_chunk" not in err  # not a spec field: the trainer sizes it by the vocabulary

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_operator.memplan.estimate import estimate_rank_memory
-from dflash_operator.memplan.fixes import find_fixes
+from dflash_operator.memplan.estimate import RankSetup, estimate_rank_memory
+from dflash_operator.memplan.fixes import Fix, find_fixes
 from dflash_operator.memplan.report import format_estimate, format_fixes
 from dflash_operator.memplan.shapes import ShapeError
 from dflash_operator.memplan.units import parse_memory_size
+from dflash_operator.plan.memory_check import SPEC_FIELDS, spec_value
 from pydantic import ValidationError
 
 from dflash_trainer.plan.inputs import (
@@ -53,16 +55,40 @@ def render_run(raw: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     return build_train_file(spec, PLACEHOLDER_RUN_ROOT), world
 
 
-def load_manifest(path: Path) -> tuple[TrainConfig, int | None]:
+@dataclass(frozen=True)
+class Manifest:
+    config: TrainConfig
+    # nodes x gpusPerNode of a DFlashRun (None: train.yaml, or gpusPerNode left to the pool).
+    world_size: int | None
+    is_run: bool
+
+
+def load_manifest(path: Path) -> Manifest:
     raw = load_yaml_mapping(path)
     world = None
-    if raw.get("kind") == "DFlashRun":
+    is_run = raw.get("kind") == "DFlashRun"
+    if is_run:
         raw, world = render_run(raw)
     raw.setdefault("run_root", PLACEHOLDER_RUN_ROOT)
     try:
-        return TrainConfig.model_validate(raw), world
+        return Manifest(TrainConfig.model_validate(raw), world, is_run)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(str(path), exc)) from None
+
+
+def describe_fixes(fixes: list[Fix], setup: RankSetup, is_run: bool) -> str:
+    """In the manifest's own words: train.yaml keys, or a DFlashRun's spec fields (where the
+    loss chunk is no field: the trainer sizes it by the vocabulary)."""
+    current = current_values(setup)
+    if not is_run:
+        return format_fixes(fixes, TRAIN_FIELDS, current)
+    spec_fixes = [
+        Fix(fix.knob, spec_value(fix.value), fix.total_bytes)
+        for fix in fixes
+        if fix.knob in SPEC_FIELDS
+    ]
+    current["strategy"] = spec_value(setup.strategy)
+    return format_fixes(spec_fixes, SPEC_FIELDS, current)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         capacity = parse_memory_size(args.gpu_memory) if args.gpu_memory else None
-        cfg, run_world = load_manifest(args.manifest)
-        world = args.world_size or run_world
+        manifest = load_manifest(args.manifest)
+        cfg, world = manifest.config, args.world_size or manifest.world_size
         if world is None:
             raise ConfigError(
                 "the DFlashRun leaves training.gpusPerNode to its pool: pass --world-size"
@@ -102,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if capacity is None or estimate.fits(capacity):
         return EXIT_FITS
     fixes = find_fixes(inputs.target, inputs.drafter, inputs.setup, capacity)
-    print(format_fixes(fixes, TRAIN_FIELDS, current_values(inputs.setup)), file=sys.stderr)
+    print(describe_fixes(fixes, inputs.setup, manifest.is_run), file=sys.stderr)
     return EXIT_WONT_FIT
 
 
