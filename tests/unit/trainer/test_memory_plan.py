@@ -174,5 +174,5 @@ def test_a_dflashrun_that_does_not_fit_is_told_its_spec_fields(
     assert main([str(path), "--gpu-memory", "95Gi"]) == 1
     err = capsys.readouterr().err
     assert "spec.training.batchSize 4 -> 2" in err
-    assert "spec.training.anchorsPerSequence 512 -> 256" in err
+    assert "spec.training.anchorsPerSequence 512 -> 128" in err
     assert "loss_chunk" not in err  # not a spec field: the trainer sizes it by the vocabulary
