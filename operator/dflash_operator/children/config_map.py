@@ -88,6 +88,8 @@ def build_train_file(
         drafter["target_layer_ids"] = list(spec.drafter.target_layer_ids)
     if spec.drafter.mask_token_id is not None:
         drafter["mask_token_id"] = spec.drafter.mask_token_id
+    if training.activation_checkpointing:
+        drafter["activation_checkpointing"] = True
     layer_types = _layer_types(spec)
     if layer_types is not None and spec.drafter.sliding_window is not None:
         drafter["layer_types"] = layer_types

@@ -72,6 +72,8 @@ class RankSetup:
     device: Device = "cuda"
     # The target's dtype in bytes (bf16 on GPU; `auto` is float32 on CPU).
     target_bytes: int = 2
+    # drafter.activation_checkpointing: keep each layer's input, recompute it in backward.
+    activation_checkpointing: bool = False
 
     @property
     def compute_bytes(self) -> int:
@@ -97,23 +99,38 @@ class Term:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A moment of the step and what is alive then, on top of the persistent terms."""
+
+    name: str
+    terms: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
 class MemoryEstimate:
-    """Persistent terms plus the larger of the two peaks (backward start, optimizer step)."""
+    """Persistent terms plus the largest phase: the backward's start, the recompute of the
+    last layer (activation checkpointing only) or the optimizer step."""
 
     target: TargetShape
     drafter: DrafterShape
     setup: RankSetup
     persistent: tuple[Term, ...]
-    backward: tuple[Term, ...]
-    step: tuple[Term, ...]
+    phases: tuple[Phase, ...]
+
+    @property
+    def peak(self) -> Phase:
+        return max(self.phases, key=lambda phase: _sum(phase.terms))
 
     @property
     def peak_phase(self) -> str:
-        return "backward" if _sum(self.backward) >= _sum(self.step) else "optimizer step"
+        return self.peak.name
 
     @property
     def peak_terms(self) -> tuple[Term, ...]:
-        return self.backward if self.peak_phase == "backward" else self.step
+        return self.peak.terms
+
+    def phase(self, name: str) -> Phase:
+        return next(phase for phase in self.phases if phase.name == name)
 
     @property
     def tensor_bytes(self) -> int:
@@ -152,22 +169,19 @@ def count_query_slots(drafter: DrafterShape, setup: RankSetup) -> int:
     return setup.anchors_per_sequence * drafter.block_size
 
 
-def count_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
-    """Bytes autograd keeps for one micro-batch's backward (per sequence, times the batch).
+def count_layer_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
+    """Bytes one draft layer keeps for backward, for the whole micro-batch.
 
-    Per draft layer and query slot: two RMSNorms on H (8 B each), the q RMSNorm on heads x
-    head_dim, the saved inputs of q/k/v, o, gate/up and down projections, SwiGLU's three
-    intermediates, q and the attention output; per key (context + slots): k RMSNorm, k and
-    v. Once per sequence: the tapped features (fc's input), fc + hidden_norm on the context,
-    the block embeddings, the RoPE tables, the final norm and the gathered LM-head rows.
+    Per query slot: two RMSNorms on H (8 B each), the q RMSNorm on heads x head_dim, the saved
+    inputs of q/k/v and gate/up, q, the attention output and the merged heads for o_proj,
+    SwiGLU's four [I] tensors, the attention's log-sum-exp; per key (context + slots): the k
+    RMSNorm, k and v.
     """
-    a, tb = setup.compute_bytes, setup.target_bytes
-    h, d = drafter.hidden_size, drafter.head_dim
-    q_width = drafter.num_attention_heads * d
-    kv_width = drafter.num_key_value_heads * d
+    a = setup.compute_bytes
+    h, q_width = drafter.hidden_size, drafter.num_attention_heads * drafter.head_dim
+    kv_width = drafter.num_key_value_heads * drafter.head_dim
     slots = count_query_slots(drafter, setup)
-    context = setup.max_seq_len
-    keys = context + slots
+    keys = setup.max_seq_len + slots
     per_slot = (
         2 * NORM_SAVED_BYTES * h
         + NORM_SAVED_BYTES * q_width
@@ -177,20 +191,41 @@ def count_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
         + ATTENTION_LSE_BYTES * drafter.num_attention_heads
     )
     per_key = (NORM_SAVED_BYTES + 2 * a) * kv_width
-    layers = drafter.num_layers * (slots * per_slot + keys * per_key)
+    layer = slots * per_slot + keys * per_key
     if setup.device == "cpu":
         # CPU attention (the dense kernel): SDPA turns the boolean mask into a float32 one
         # and keeps it for backward, in every layer. GPU flex attention keeps no mask.
-        layers += drafter.num_layers * slots * keys * CPU_DENSE_MASK_BYTES
+        layer += slots * keys * CPU_DENSE_MASK_BYTES
+    return setup.batch_size * layer
+
+
+def count_sequence_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
+    """Bytes kept once per micro-batch outside the layers: the tapped features (fc's input),
+    fc + hidden_norm on the context, the block embeddings, the RoPE tables, the final norm and
+    the gathered LM-head rows."""
+    a, tb = setup.compute_bytes, setup.target_bytes
+    h, d = drafter.hidden_size, drafter.head_dim
+    slots = count_query_slots(drafter, setup)
+    context = setup.max_seq_len
     once = (
         drafter.num_taps * h * context * tb
         + (NORM_SAVED_BYTES + a) * h * context
         + tb * slots * h
-        + 2 * 4 * d * (slots + keys)
+        + 2 * 4 * d * (slots + context + slots)
         + NORM_SAVED_BYTES * slots * h
         + a * setup.anchors_per_sequence * (drafter.block_size - 1) * h
     )
-    return setup.batch_size * (layers + once)
+    return setup.batch_size * once
+
+
+def count_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
+    """What autograd keeps for one micro-batch's backward, when the backward starts: every
+    layer's activations, or under activation checkpointing only each layer's input."""
+    once = count_sequence_activation_bytes(drafter, setup)
+    if setup.activation_checkpointing:
+        layer_input = setup.compute_bytes * count_query_slots(drafter, setup) * drafter.hidden_size
+        return once + drafter.num_layers * setup.batch_size * layer_input
+    return once + drafter.num_layers * count_layer_activation_bytes(drafter, setup)
 
 
 def count_loss_chunk_rows(drafter: DrafterShape, setup: RankSetup) -> int:
@@ -234,29 +269,56 @@ def estimate_rank_memory(
     activations = count_activation_bytes(drafter, setup)
     slots = count_query_slots(drafter, setup)
     rows = count_loss_chunk_rows(drafter, setup)
-    backward = [
-        Term(
-            "activations",
-            activations,
-            f"batch {setup.batch_size} x {setup.max_seq_len} tokens, "
-            f"{setup.anchors_per_sequence} anchors x {drafter.block_size} = {slots} draft "
-            f"slots per sequence, {drafter.num_layers} layers",
-        ),
-        Term(
-            "LM-head loss chunk",
-            rows * drafter.vocab_size * LOSS_BYTES_PER_LOGIT,
-            f"{rows} rows x {drafter.vocab_size} vocab x {LOSS_BYTES_PER_LOGIT} B "
-            "(float32 log-softmax, its gradient, the logits' gradient)",
-        ),
-    ]
+    kept = (
+        "each layer's input (activation checkpointing)"
+        if setup.activation_checkpointing
+        else (f"{drafter.num_layers} layers")
+    )
+    activation_term = Term(
+        "activations",
+        activations,
+        f"batch {setup.batch_size} x {setup.max_seq_len} tokens, "
+        f"{setup.anchors_per_sequence} anchors x {drafter.block_size} = {slots} draft "
+        f"slots per sequence, {kept}",
+    )
+    loss_term = Term(
+        "LM-head loss chunk",
+        rows * drafter.vocab_size * LOSS_BYTES_PER_LOGIT,
+        f"{rows} rows x {drafter.vocab_size} vocab x {LOSS_BYTES_PER_LOGIT} B "
+        "(float32 log-softmax, its gradient, the logits' gradient)",
+    )
+    alive = _alive_through_backward(drafter, setup, params, grads)
+    phases = [Phase("backward", (activation_term, loss_term, *alive))]
+    if setup.activation_checkpointing:
+        recomputed = Term(
+            "recomputed layer",
+            count_layer_activation_bytes(drafter, setup),
+            "one layer's activations, recomputed in backward",
+        )
+        # The first layer is recomputed last, when every later layer's gradient exists.
+        filled = (
+            ()
+            if setup.grad_accum > 1
+            else (replace(grads, detail=grads.detail + ", filled in by the backward"),)
+        )
+        phases.append(Phase("layer recompute", (activation_term, recomputed, *alive, *filled)))
+    phases.append(Phase("optimizer step", (grads, _optimizer_temporaries(drafter, setup, local))))
+    return MemoryEstimate(target, drafter, setup, tuple(persistent), tuple(phases))
+
+
+def _alive_through_backward(
+    drafter: DrafterShape, setup: RankSetup, params: int, grads: Term
+) -> list[Term]:
+    """Gradients of earlier micro-batches, and the weights' working copies."""
+    terms = []
     if setup.grad_accum > 1:
-        backward.append(replace(grads, detail=grads.detail + ", kept across micro-batches"))
+        terms.append(replace(grads, detail=grads.detail + ", kept across micro-batches"))
     if setup.sharded:
         gathered = (
             2 * (FSDP_GATHERED_LAYERS * drafter.layer_params() + drafter.root_params())
             + FSDP_UNSHARDED_GRAD_BYTES * drafter.layer_params()
         )
-        backward.append(
+        terms.append(
             Term(
                 "FSDP2 unsharded layers",
                 gathered,
@@ -265,15 +327,14 @@ def estimate_rank_memory(
             )
         )
     elif setup.device == "cuda":
-        backward.append(
+        terms.append(
             Term(
                 "autocast weight copies",
                 params * AUTOCAST_WEIGHT_BYTES,
                 "bf16 copies of the float32 weights, kept for backward",
             )
         )
-    step = [grads, _optimizer_temporaries(drafter, setup, local)]
-    return MemoryEstimate(target, drafter, setup, tuple(persistent), tuple(backward), tuple(step))
+    return terms
 
 
 def _optimizer_temporaries(drafter: DrafterShape, setup: RankSetup, local: int) -> Term:

@@ -15,8 +15,8 @@ from dflash_operator.memplan.estimate import (
 from dflash_operator.memplan.shapes import DrafterShape, TargetShape
 
 Knob = Literal[
-    "batch_size", "anchors_per_sequence", "loss_chunk_tokens", "strategy", "max_seq_len",
-    "world_size",
+    "batch_size", "anchors_per_sequence", "activation_checkpointing", "loss_chunk_tokens",
+    "strategy", "max_seq_len", "world_size",
 ]  # fmt: skip
 # Sequence lengths are tried in steps of 256 tokens, never below 512.
 SEQ_LEN_STEP = 256
@@ -30,7 +30,7 @@ MAX_WORLD_SIZE = 64
 @dataclass(frozen=True)
 class Fix:
     knob: Knob
-    value: int | str
+    value: int | str | bool
     total_bytes: int
 
 
@@ -50,6 +50,10 @@ def find_fixes(
         if total >= 0:
             fixes.append(Fix("batch_size", batch, total))
             break
+    if not setup.activation_checkpointing:
+        total = _fits(target, drafter, replace(setup, activation_checkpointing=True), capacity)
+        if total >= 0:
+            fixes.append(Fix("activation_checkpointing", True, total))
     anchors = setup.anchors_per_sequence // 2
     while anchors >= MIN_ANCHORS:
         total = _fits(target, drafter, replace(setup, anchors_per_sequence=anchors), capacity)

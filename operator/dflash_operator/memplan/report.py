@@ -40,6 +40,11 @@ def format_estimate(estimate: MemoryEstimate, capacity: int | None) -> list[str]
     return lines
 
 
+def _shown(value: object) -> str:
+    """YAML spelling: true/false for booleans."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def format_fixes(
     fixes: list[Fix], fields: Mapping[Knob, str], current: Mapping[Knob, object]
 ) -> str:
@@ -47,7 +52,8 @@ def format_fixes(
     if not fixes:
         return "no single field makes it fit: use a GPU with more memory or a smaller drafter"
     parts = [
-        f"{fields[fix.knob]} {current[fix.knob]} -> {fix.value} ({gib(fix.total_bytes)})"
+        f"{fields[fix.knob]} {_shown(current[fix.knob])} -> {_shown(fix.value)} "
+        f"({gib(fix.total_bytes)})"
         for fix in fixes
     ]
     return "change one of: " + "; ".join(parts)

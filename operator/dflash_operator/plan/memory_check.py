@@ -32,6 +32,7 @@ from dflash_operator.plan.placement import Placement
 SPEC_FIELDS: dict[Knob, str] = {
     "batch_size": "spec.training.batchSize",
     "anchors_per_sequence": "spec.training.anchorsPerSequence",
+    "activation_checkpointing": "spec.training.activationCheckpointing",
     "strategy": "spec.training.strategy",
     "max_seq_len": "spec.tokenization.maxSeqLen",
     "world_size": "GPUs in all (spec.training.nodes x gpusPerNode)",
@@ -71,11 +72,12 @@ def build_rank_inputs(
         strategy="fsdp2" if _STRATEGIES[training.strategy] == "fsdp2" else "ddp",
         device="cuda",
         target_bytes=_DTYPE_BYTES[spec.target.dtype.value],
+        activation_checkpointing=training.activation_checkpointing,
     )
     return drafter, setup
 
 
-def spec_value(value: int | str) -> int | str:
+def spec_value(value: int | str | bool) -> int | str | bool:
     """The spec spells the trainer's `fsdp2` as `fsdp`."""
     return "fsdp" if value == "fsdp2" else value
 
@@ -109,6 +111,7 @@ def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCh
     current: dict[Knob, object] = {
         "batch_size": setup.batch_size,
         "anchors_per_sequence": setup.anchors_per_sequence,
+        "activation_checkpointing": setup.activation_checkpointing,
         "strategy": spec.training.strategy.value,
         "max_seq_len": setup.max_seq_len,
         "world_size": world,

@@ -141,3 +141,21 @@ def test_a_wrong_gpu_memory_is_refused(pool: dict[str, Any], error: str) -> None
     raw["nodePools"]["extra"] = pool
     with pytest.raises(PoolsError, match=error):
         parse_pools(raw)
+
+
+def test_activation_checkpointing_is_offered_and_reaches_the_trainer() -> None:
+    from dflash_operator.children.config_map import build_train_file
+
+    tight = pools_with_memory(rtx="90Gi")
+    result = check(qwen36_spec(batchSize=2, gradientAccumulationSteps=2), tight)
+    assert result is not None and result.fits is False
+    assert "spec.training.activationCheckpointing false -> true" in result.message
+    spec = qwen36_spec(batchSize=2, gradientAccumulationSteps=2, activationCheckpointing=True)
+    result = check(spec, tight)
+    assert result is not None and result.fits is True
+    train = build_train_file(parse_spec(spec), "s3://b/run")
+    assert train["drafter"]["activation_checkpointing"] is True
+    assert (
+        "activation_checkpointing"
+        not in build_train_file(parse_spec(qwen36_spec()), "s3://b")["drafter"]
+    )

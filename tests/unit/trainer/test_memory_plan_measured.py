@@ -46,12 +46,14 @@ class Case:
     anchors: int
     block: int
     chunk: int
+    checkpointing: bool = False
 
 
 CASES = [
     Case("activations", 128, 1024, 4, 384, 2, 512, 32, 16, 8192),
     Case("loss-chunk", 128, 8192, 2, 256, 1, 256, 16, 16, 1024),
     Case("balanced", 64, 4096, 2, 192, 4, 256, 16, 8, 512),
+    Case("checkpointed", 128, 1024, 4, 384, 2, 512, 32, 16, 8192, checkpointing=True),
 ]
 
 
@@ -77,7 +79,7 @@ def measure_peak(case: Case) -> int:
     cfg = build_drafter_config(
         target.config, num_layers=case.layers, block_size=case.block, mask_token_id=mask_id
     )
-    drafter = DFlashDrafter(cfg)
+    drafter = DFlashDrafter(cfg, checkpoint_layers=case.checkpointing)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     settings = ObjectiveSettings(
@@ -107,15 +109,17 @@ def measure_peak(case: Case) -> int:
 
 
 def plan_for(case: Case) -> tuple[int, int]:
-    """(the plan's tensor peak, its activation term) for the case's shapes on CPU."""
+    """(the plan's tensor peak, its activation terms at the peak) for the case's shapes."""
     target = target_shape_from_config(target_config(case))
     drafter = build_drafter_shape(target, num_layers=case.layers, block_size=case.block)
     setup = RankSetup(
         batch_size=case.batch, max_seq_len=case.seq, anchors_per_sequence=case.anchors,
         loss_chunk_tokens=case.chunk, device="cpu", target_bytes=4,
+        activation_checkpointing=case.checkpointing,
     )  # fmt: skip
     estimate = estimate_rank_memory(target, drafter, setup)
-    activations = next(t.bytes for t in estimate.backward if t.name == "activations")
+    kept = ("activations", "recomputed layer")
+    activations = sum(t.bytes for t in estimate.peak_terms if t.name in kept)
     return estimate.tensor_bytes, activations
 
 
@@ -141,3 +145,33 @@ def test_the_meter_counts_a_tensor_until_it_is_freed() -> None:
         assert meter.current_bytes == 4 << 20  # the view keeps the storage alive
         del view
     assert meter.current_bytes == 0 and meter.peak_bytes == 4 << 20
+
+
+def test_activation_checkpointing_changes_memory_not_gradients() -> None:
+    """The same loss and gradients with and without recomputing the layers in backward."""
+    case = CASES[0]
+    target = build_tiny_target(target_config(case))
+    mask_id = case.vocab - 1
+    cfg = build_drafter_config(target.config, num_layers=2, block_size=8, mask_token_id=mask_id)
+    settings = ObjectiveSettings(
+        block_size=8, mask_token_id=mask_id, gamma=4.0, anchors_per_sequence=8,
+        max_seq_len=64, loss_chunk_tokens=32, backend="dense", chunk_queries=256, seed=0,
+    )  # fmt: skip
+    ids = torch.randint(0, mask_id, (2, 64), generator=torch.Generator().manual_seed(1))
+    loss_mask = torch.ones_like(ids, dtype=torch.int8)
+    micro = build_micro_batch(build_rows(ids, loss_mask, prefix="ckpt"), np.arange(2), 0,
+                              settings, torch.device("cpu"))  # fmt: skip
+    features = TargetTaps(target, cfg.target_layer_ids).features(micro.input_ids)
+    embeds = target.embed(micro.draft.block_ids)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        drafter = DFlashDrafter(cfg, checkpoint_layers=checkpointing)
+        hidden = drafter(embeds, features, micro.draft.layout, backend="dense")
+        hidden.float().pow(2).mean().backward()
+        grads.append(
+            {n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None}
+        )
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, msg=name)

@@ -27,6 +27,7 @@ from dflash_trainer.train.config import TrainConfig
 TRAIN_FIELDS: dict[Knob, str] = {
     "batch_size": "data.batch_size",
     "anchors_per_sequence": "objective.anchors_per_sequence",
+    "activation_checkpointing": "drafter.activation_checkpointing",
     "loss_chunk_tokens": "objective.loss_chunk_tokens",
     "strategy": "distributed.strategy",
     "max_seq_len": "data.max_seq_len",
@@ -105,6 +106,7 @@ def build_plan_inputs(
         strategy=cfg.distributed.strategy,
         device="cuda" if device == "cuda" else "cpu",
         target_bytes=_TARGET_BYTES[dtype],
+        activation_checkpointing=section.activation_checkpointing,
     )
     return PlanInputs(target, drafter, setup)
 
@@ -113,6 +115,7 @@ def current_values(setup: RankSetup) -> dict[Knob, object]:
     return {
         "batch_size": setup.batch_size,
         "anchors_per_sequence": setup.anchors_per_sequence,
+        "activation_checkpointing": setup.activation_checkpointing,
         "loss_chunk_tokens": setup.loss_chunk_tokens,
         "strategy": setup.strategy,
         "max_seq_len": setup.max_seq_len,

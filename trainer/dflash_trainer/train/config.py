@@ -60,6 +60,8 @@ class DrafterSection(Section):
     sliding_window: Annotated[int | None, Field(ge=2)] = None
     attention_backend: Literal["auto", "sdpa", "flex", "dense"] = "auto"
     chunk_queries: Annotated[int, Field(ge=1)] = 256
+    # Keep only each draft layer's input for backward and recompute the layer (docs/memory-plan.md).
+    activation_checkpointing: bool = False
     init_seed: int = 0
 
 

@@ -67,10 +67,12 @@ def build_drafter_config_for(section: DrafterSection, target: TargetParts) -> Dr
     )
 
 
-def build_drafter(cfg: DrafterConfig, seed: int, device: torch.device) -> DFlashDrafter:
+def build_drafter(
+    cfg: DrafterConfig, seed: int, device: torch.device, checkpoint_layers: bool = False
+) -> DFlashDrafter:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        drafter = DFlashDrafter(cfg)
+        drafter = DFlashDrafter(cfg, checkpoint_layers=checkpoint_layers)
     return drafter.to(device)
 
 
