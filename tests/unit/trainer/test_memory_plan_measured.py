@@ -2,7 +2,7 @@
 optimizer steps through `run_train_step`, every live tensor is counted at the dispatcher
 (`LiveTensorMeter`), and the plan's tensor peak must be within `TOLERANCE` of the measured one.
 
-Measured when written (December 2026): 0.99-1.01 of the peak on the shapes below. CPU runs
+Measured when written (December 2026): 0.99-1.02 of the peak on the shapes below. CPU runs
 float32 without autocast and the dense attention kernel; the GPU path (bf16 autocast, flex
 attention, DDP/FSDP2) is the same arithmetic with 2-byte activations and no float32 mask.
 """
