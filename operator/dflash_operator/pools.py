@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from dflash_operator.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN
 from dflash_operator.api.spec_resources import GPU_RESOURCE
+from dflash_operator.memplan.units import parse_memory_size
 
 # Resource names and label keys: a DNS-subdomain prefix, '/', and a name.
 QUALIFIED_NAME_PATTERN = (
@@ -97,6 +98,9 @@ class NodePool(PoolModel):
     affinity: dict[str, Any] | None = None
     gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
     gpu_resource: str = Field(default=GPU_RESOURCE, pattern=QUALIFIED_NAME_PATTERN)
+    # Memory of one GPU (a quantity, e.g. 95Gi): a run whose training would not fit it fails
+    # at admission (plan/memory_check.py); unset: not checked.
+    gpu_memory: str | None = Field(default=None, pattern=QUANTITY_PATTERN)
     # Requested (and limited) by every GPU pod of the pool, e.g. {rdma/ib: 1}.
     extra_resources: dict[str, Quantity] = Field(default_factory=dict)
     # Memory-backed /dev/shm size limit for NCCL; None: bounded only by the pod's memory.
@@ -119,6 +123,13 @@ class NodePool(PoolModel):
 
     @model_validator(mode="after")
     def _check_names(self) -> NodePool:
+        if self.gpu_memory is not None:
+            if not self.has_gpus:
+                raise ValueError("gpuMemory is set on a pool without GPUs (gpusPerNode 0)")
+            try:
+                parse_memory_size(self.gpu_memory)
+            except ValueError as error:
+                raise ValueError(f"gpuMemory: {error}") from None
         for resource in self.extra_resources:
             if not re.fullmatch(QUALIFIED_NAME_PATTERN, resource):
                 raise ValueError(f"extraResources key {resource!r} is not a resource name")
@@ -148,6 +159,10 @@ class NodePool(PoolModel):
     @property
     def has_gpus(self) -> bool:
         return self.gpus_per_node > 0
+
+    @property
+    def gpu_memory_bytes(self) -> int | None:
+        return parse_memory_size(self.gpu_memory) if self.gpu_memory else None
 
 
 class StageDefaults(PoolModel):

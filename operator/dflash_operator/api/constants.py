@@ -223,6 +223,8 @@ class Reason(StrEnum):
     SUCCEEDED = "Succeeded"
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_NODE_POOL = "UnknownNodePool"
+    TRAINING_WONT_FIT = "TrainingWontFit"
+    MEMORY_CHECK_SKIPPED = "MemoryCheckSkipped"
     CLEANUP_STARTED = "CleanupStarted"
     ARTIFACTS_DELETED = "ArtifactsDeleted"
     CLEANUP_FAILED = "CleanupFailed"
@@ -301,6 +303,11 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.UNKNOWN_NODE_POOL: (
         "{field}={pool} is not a node pool of this operator; configured pools: {pools}"
     ),
+    Reason.TRAINING_WONT_FIT: (
+        "training needs {needed} per GPU but node pool {pool} has {capacity} (gpuMemory): "
+        "{terms}; {fixes}"
+    ),
+    Reason.MEMORY_CHECK_SKIPPED: "the training memory check was skipped: {why}",
     Reason.CLEANUP_STARTED: "Job {job} deletes {what} under {root} (cleanupPolicy {policy})",
     Reason.ARTIFACTS_DELETED: "Job {job} deleted {what} under {root}: {summary}",
     Reason.CLEANUP_FAILED: ("{what} under {root} not deleted (cleanupPolicy {policy}): {error}"),

@@ -88,6 +88,8 @@ def build_train_file(
         drafter["target_layer_ids"] = list(spec.drafter.target_layer_ids)
     if spec.drafter.mask_token_id is not None:
         drafter["mask_token_id"] = spec.drafter.mask_token_id
+    if training.activation_checkpointing:
+        drafter["activation_checkpointing"] = True
     layer_types = _layer_types(spec)
     if layer_types is not None and spec.drafter.sliding_window is not None:
         drafter["layer_types"] = layer_types
@@ -104,7 +106,12 @@ def build_train_file(
         },
         "objective": {
             "anchors_per_sequence": training.anchors_per_sequence,
-            "gamma": training.loss_decay_gamma,
+            # Unset: the trainer takes gamma from the block size (train/anchors.py).
+            **(
+                {"gamma": training.loss_decay_gamma}
+                if training.loss_decay_gamma is not None
+                else {}
+            ),
         },
         "optim": {
             "lr": training.learning_rate,

@@ -36,6 +36,7 @@ WARNING_REASONS = frozenset(
         Reason.AUDIT_FAILED,
         Reason.INVALID_SPEC,
         Reason.UNKNOWN_NODE_POOL,
+        Reason.TRAINING_WONT_FIT,
         Reason.CLEANUP_FAILED,
     }
 )

@@ -49,6 +49,7 @@ from dflash_operator.plan.actions import (
     SetWorkloadActive,
 )
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
+from dflash_operator.plan.memory_check import admit_training_memory
 from dflash_operator.plan.observed import POD_DONE_PHASES, ChildView, CreateFailure, Observed
 from dflash_operator.plan.placement import PlacementError, place_stage, place_stages
 from dflash_operator.plan.prune import prune_after_success
@@ -144,7 +145,8 @@ def plan(inp: PlanInput) -> Plan:
         return draft.finish()
     if retry is not None:
         draft.status.retry_token = retry.token
-    if draft.status.phase is None:
+    first_pass = draft.status.phase is None
+    if first_pass:
         draft.set_phase(Phase.PENDING, Reason.PENDING.message())
     if spec is None:
         outcomes.fail_run(draft, Reason.INVALID_SPEC, problem or "the spec is invalid")
@@ -155,6 +157,8 @@ def plan(inp: PlanInput) -> Plan:
     if errors and draft.status.start_time is None:
         # Nothing started yet: say every reason at once, before any GPU is used.
         outcomes.fail_run(draft, errors[0].reason, "; ".join(e.message for e in errors))
+        return draft.finish()
+    if not admit_training_memory(spec, placements, draft, first_pass):
         return draft.finish()
     # Started: a pools change never fails what runs; a stage that no longer fits fails the run
     # when it is about to start (`_step`).

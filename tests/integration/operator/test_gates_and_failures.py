@@ -180,6 +180,14 @@ def test_training_fails_the_run_after_max_restarts_with_the_last_pod_failure(
             "InvalidSpec",
             ["spec.training.gpusPerNode=8", "rtx-pro-6000 has 4 GPUs per node"],
         ),
+        (
+            {
+                "target": {"model": "Qwen/Qwen3.6-27B"},
+                "training": {"nodes": 2, "gpusPerNode": 4, "strategy": "fsdp", "batchSize": 8},
+            },
+            "TrainingWontFit",
+            ["node pool rtx-pro-6000 has 95.00 GiB (gpuMemory)", "spec.training.batchSize 8 -> "],
+        ),
     ],
 )
 def test_a_run_that_does_not_fit_its_pools_fails_with_no_child(

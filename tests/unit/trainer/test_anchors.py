@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from dflash_trainer.train.anchors import (
     anchor_seed,
     build_anchor_candidates,
     build_draft_batch,
     build_slot_weights,
+    default_gamma,
     sample_anchors,
 )
 
@@ -106,3 +108,15 @@ def test_rows_with_fewer_anchors_are_padded_with_zero_weight() -> None:
     assert batch.layout.anchors.tolist() == [[1, 5, 9], [2, 0, 0]]
     assert batch.weights[1, 4:].sum() == 0
     assert batch.num_anchors == 4
+
+
+@pytest.mark.parametrize(("block", "gamma"), [(16, 7.0), (10, 5.0), (8, 4.0)])
+def test_gamma_defaults_to_the_papers_value_for_its_block_sizes(block: int, gamma: float) -> None:
+    assert default_gamma(block) == gamma
+
+
+@pytest.mark.parametrize(("block", "gamma"), [(4, 2.0), (12, 5.667), (13, 6.0), (32, 12.333)])
+def test_gamma_between_and_beyond_the_papers_sizes_follows_their_line(
+    block: int, gamma: float
+) -> None:
+    assert default_gamma(block) == pytest.approx(gamma, abs=1e-3)

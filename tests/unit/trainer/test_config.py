@@ -26,7 +26,9 @@ def write(tmp_path: Path, data: Any, name: str = "train.yaml") -> Path:
 def test_a_minimal_config_gets_the_paper_defaults(tmp_path: Path) -> None:
     cfg = load_train_config(write(tmp_path, MINIMAL))
     assert cfg.drafter.block_size == 16 and cfg.drafter.num_layers == 5
-    assert cfg.objective.anchors_per_sequence == 512 and cfg.objective.gamma == 7.0
+    assert cfg.objective.anchors_per_sequence == 512
+    # gamma and the loss chunk follow the block size and the vocabulary (train/setup.py).
+    assert cfg.objective.gamma is None and cfg.objective.loss_chunk_tokens is None
     assert cfg.optim.lr == 6e-4 and cfg.optim.grad_clip == 1.0 and cfg.optim.epochs == 6
     assert cfg.data.max_seq_len == 3072
     assert cfg.checkpoint_uri == "/tmp/x/checkpoints" and cfg.export_uri == "/tmp/x/final"
@@ -131,3 +133,24 @@ def test_pvc_uris_resolve_to_where_the_operator_mounts_claims(
 def test_a_stage_result_message_is_capped_at_400_characters() -> None:
     result = build_stage_result("train", False, "x" * 1000, step=3)
     assert len(result["message"]) == 400 and result["step"] == 3
+
+
+def test_objective_settings_take_gamma_from_the_block_and_the_chunk_from_the_vocab(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from dflash_trainer.model.config import build_drafter_config
+    from dflash_trainer.train.setup import build_objective_settings
+
+    target = SimpleNamespace(
+        num_hidden_layers=8, num_attention_heads=4, hidden_size=64, intermediate_size=128,
+        vocab_size=248320,
+    )  # fmt: skip
+    drafter = build_drafter_config(target, num_layers=2, block_size=8)
+    cfg = load_train_config(write(tmp_path, {**MINIMAL, "drafter": {"block_size": 8}}))
+    settings = build_objective_settings(cfg, drafter)
+    assert settings.gamma == 4.0 and settings.loss_chunk_tokens == 1024
+    explicit = {**MINIMAL, "objective": {"gamma": 3.0, "loss_chunk_tokens": 64}}
+    settings = build_objective_settings(load_train_config(write(tmp_path, explicit)), drafter)
+    assert settings.gamma == 3.0 and settings.loss_chunk_tokens == 64

@@ -62,10 +62,15 @@ def run_torchrun(config: Path, folder: Path) -> subprocess.CompletedProcess[str]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize(
+    ("strategy", "checkpointing"),
+    [("ddp", False), ("fsdp2", False), ("fsdp2", True)],
+    ids=["ddp", "fsdp2", "fsdp2-activation-checkpointing"],
+)
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
     tmp_path: Path,
     strategy: str,
+    checkpointing: bool,
     quick_config: Callable[..., dict[str, Any]],
     tokenized_writer: Callable[..., Path],
     metrics_reader: Callable[[Path], list[dict[str, Any]]],
@@ -81,6 +86,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
         "optim": {"lr": 1e-2, "max_steps": STEPS, "warmup_ratio": 0.0},
         "distributed": {"strategy": strategy},
         "checkpoint": {"every_steps": 1000, "resume": False},
+        "drafter": {"activation_checkpointing": checkpointing},
     }
     one = quick_config(**common, run_root=str(tmp_path / "one"))
     one["data"]["batch_size"] = 4

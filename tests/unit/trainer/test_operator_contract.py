@@ -109,3 +109,24 @@ def test_the_target_revision_the_data_stages_use_reaches_training_and_evaluation
     evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, on_gpus=True))
 
     assert train.target.revision == evaluation.target.revision == "3f2a9c1"
+
+
+@pytest.mark.parametrize(("block", "gamma"), [(16, 7.0), (10, 5.0), (8, 4.0)])
+def test_an_unset_gamma_reaches_the_trainer_as_the_papers_for_the_block_size(
+    block: int, gamma: float
+) -> None:
+    from dflash_trainer.train.anchors import default_gamma
+
+    example = yaml.safe_load((EXAMPLES[0].parent / "qwen3-8b.yaml").read_text())["spec"]
+    example["drafter"] = {**example.get("drafter", {}), "blockSize": block}
+    example.setdefault("training", {}).pop("lossDecayGamma", None)
+    train = TrainConfig.model_validate(
+        build_train_file(DFlashRunSpec.model_validate(example), RUN_ROOT)
+    )
+    assert train.objective.gamma is None
+    assert default_gamma(train.drafter.block_size) == gamma
+    example["training"]["lossDecayGamma"] = 3.5
+    train = TrainConfig.model_validate(
+        build_train_file(DFlashRunSpec.model_validate(example), RUN_ROOT)
+    )
+    assert train.objective.gamma == 3.5

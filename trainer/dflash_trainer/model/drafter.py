@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.utils.checkpoint import checkpoint
 
 from dflash_trainer.model.block_attention import (
     DEFAULT_CHUNK_QUERIES,
@@ -148,9 +149,12 @@ class DraftLayer(nn.Module):
 class DFlashDrafter(nn.Module):
     """Drafts a whole block in one non-causal forward, conditioned on target features."""
 
-    def __init__(self, cfg: DrafterConfig) -> None:
+    def __init__(self, cfg: DrafterConfig, checkpoint_layers: bool = False) -> None:
         super().__init__()
         self.config = cfg
+        # Activation checkpointing: keep only each layer's input, recompute the layer in
+        # backward (a training setting, not part of the exported architecture).
+        self.checkpoint_layers = checkpoint_layers
         self.layers = nn.ModuleList(DraftLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.fc = nn.Linear(cfg.num_taps * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -183,7 +187,9 @@ class DFlashDrafter(nn.Module):
         rope_q = self.rotary(q_positions)
         rope_kv = self.rotary(torch.cat([ctx_positions, q_positions], dim=1))
         x = block_embeds
+        recompute = self.checkpoint_layers and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, context, rope_q, rope_kv, layout, backend, chunk_queries)
+            args = (x, context, rope_q, rope_kv, layout, backend, chunk_queries)
+            x = checkpoint(layer, *args, use_reentrant=False) if recompute else layer(*args)
         normed: torch.Tensor = self.norm(x)
         return normed

@@ -16,6 +16,9 @@ import torch
 
 from dflash_trainer.model.block_attention import BlockLayout
 
+# The paper's loss decay per block size (DFlash App. A.1): gamma 7 for B=16, 5 for 10, 4 for 8.
+PAPER_GAMMAS: dict[int, float] = {8: 4.0, 10: 5.0, 16: 7.0}
+
 # Mixes (seed, epoch, sample) into one 63-bit generator seed; any large odd constants do.
 _SEED_MIX = (1_000_003, 998_244_353)
 
@@ -40,6 +43,23 @@ def sample_anchors(loss_mask: torch.Tensor, max_anchors: int, seed: int) -> torc
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(candidates.numel(), generator=generator)[:max_anchors]
     return candidates[chosen].sort().values
+
+
+def default_gamma(block_size: int) -> float:
+    """The paper's gamma for its block sizes; between them a straight line through the
+    neighbours, below 8 half the block (as 8 -> 4 and 10 -> 5), above 16 the slope of 10-16."""
+    if block_size in PAPER_GAMMAS:
+        return PAPER_GAMMAS[block_size]
+    sizes = sorted(PAPER_GAMMAS)
+    if block_size < sizes[0]:
+        return block_size / 2
+    if block_size > sizes[-1]:
+        low, high = sizes[-2], sizes[-1]
+    else:
+        low = max(s for s in sizes if s < block_size)
+        high = min(s for s in sizes if s > block_size)
+    slope = (PAPER_GAMMAS[high] - PAPER_GAMMAS[low]) / (high - low)
+    return round(PAPER_GAMMAS[low] + slope * (block_size - low), 3)
 
 
 def build_slot_weights(block_size: int, gamma: float) -> torch.Tensor:

@@ -60,6 +60,8 @@ class DrafterSection(Section):
     sliding_window: Annotated[int | None, Field(ge=2)] = None
     attention_backend: Literal["auto", "sdpa", "flex", "dense"] = "auto"
     chunk_queries: Annotated[int, Field(ge=1)] = 256
+    # Keep only each draft layer's input for backward and recompute the layer (docs/memory-plan.md).
+    activation_checkpointing: bool = False
     init_seed: int = 0
 
 
@@ -86,8 +88,10 @@ class DataSection(Section):
 
 class ObjectiveSection(Section):
     anchors_per_sequence: Annotated[int, Field(ge=1)] = 512
-    gamma: Annotated[float, Field(gt=0.0)] = 7.0
-    loss_chunk_tokens: Annotated[int, Field(ge=1)] = 8192
+    # None: from the block size (train/anchors.py `default_gamma`: 7 for 16, 5 for 10, 4 for 8).
+    gamma: Annotated[float | None, Field(gt=0.0)] = None
+    # None: from the vocabulary (train/loss.py `default_loss_chunk_tokens`: ~2^28 logits).
+    loss_chunk_tokens: Annotated[int | None, Field(ge=1)] = None
 
 
 class OptimSection(Section):

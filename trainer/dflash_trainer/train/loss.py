@@ -13,6 +13,18 @@ import torch
 from torch.nn import functional
 from torch.utils.checkpoint import checkpoint
 
+# Default chunk: ~2^28 logits (3 GiB at the 12 B per logit a chunk's backward holds), in rows
+# of 128; the memory plan (dflash_operator/memplan/estimate.py) uses the same rule.
+LOSS_CHUNK_LOGITS = 1 << 28
+LOSS_CHUNK_ROW_MULTIPLE = 128
+
+
+def default_loss_chunk_tokens(vocab_size: int) -> int:
+    """LM-head rows per chunk sized by the vocabulary: 1,664 for Qwen3's 151,936 tokens,
+    1,024 for Qwen3.5's 248,320 (a 8,192-row chunk would hold ~23 GiB at its backward)."""
+    rows = LOSS_CHUNK_LOGITS // vocab_size
+    return max(LOSS_CHUNK_ROW_MULTIPLE, rows // LOSS_CHUNK_ROW_MULTIPLE * LOSS_CHUNK_ROW_MULTIPLE)
+
 
 @dataclass(frozen=True)
 class LossParts:

@@ -18,6 +18,7 @@ from dflash_trainer.eval.greedy import build_self_distill_samples
 from dflash_trainer.model.config import DrafterConfig, build_drafter_config
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.target import TargetParts, load_target
+from dflash_trainer.train.anchors import default_gamma
 from dflash_trainer.train.batches import (
     DataError,
     TokenRows,
@@ -32,6 +33,7 @@ from dflash_trainer.train.config import (
     TargetSection,
     TrainConfig,
 )
+from dflash_trainer.train.loss import default_loss_chunk_tokens
 from dflash_trainer.train.step import ObjectiveSettings
 
 log = logging.getLogger(__name__)
@@ -65,10 +67,12 @@ def build_drafter_config_for(section: DrafterSection, target: TargetParts) -> Dr
     )
 
 
-def build_drafter(cfg: DrafterConfig, seed: int, device: torch.device) -> DFlashDrafter:
+def build_drafter(
+    cfg: DrafterConfig, seed: int, device: torch.device, checkpoint_layers: bool = False
+) -> DFlashDrafter:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        drafter = DFlashDrafter(cfg)
+        drafter = DFlashDrafter(cfg, checkpoint_layers=checkpoint_layers)
     return drafter.to(device)
 
 
@@ -76,10 +80,12 @@ def build_objective_settings(cfg: TrainConfig, drafter_cfg: DrafterConfig) -> Ob
     return ObjectiveSettings(
         block_size=drafter_cfg.block_size,
         mask_token_id=drafter_cfg.mask_token_id,
-        gamma=cfg.objective.gamma,
+        gamma=cfg.objective.gamma or default_gamma(drafter_cfg.block_size),
         anchors_per_sequence=cfg.objective.anchors_per_sequence,
         max_seq_len=cfg.data.max_seq_len,
-        loss_chunk_tokens=cfg.objective.loss_chunk_tokens,
+        loss_chunk_tokens=(
+            cfg.objective.loss_chunk_tokens or default_loss_chunk_tokens(drafter_cfg.vocab_size)
+        ),
         backend=cfg.drafter.attention_backend,
         chunk_queries=cfg.drafter.chunk_queries,
         seed=cfg.seed,

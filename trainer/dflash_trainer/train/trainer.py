@@ -118,7 +118,12 @@ class Trainer:
         self.target = build_target(cfg.target, env.device)
         self.drafter_cfg: DrafterConfig = build_drafter_config_for(cfg.drafter, self.target)
         self.taps = TargetTaps(self.target, self.drafter_cfg.target_layer_ids)
-        drafter = build_drafter(self.drafter_cfg, cfg.drafter.init_seed, env.device)
+        drafter = build_drafter(
+            self.drafter_cfg,
+            cfg.drafter.init_seed,
+            env.device,
+            checkpoint_layers=cfg.drafter.activation_checkpointing,
+        )
         self.model: nn.Module = wrap_drafter(drafter, env, cfg.distributed.strategy)
         sharded = env.is_distributed and cfg.distributed.strategy == "fsdp2"
         self.optimizer = build_optimizer(self.model, cfg.optim, env.device, sharded)
