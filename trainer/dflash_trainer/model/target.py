@@ -120,13 +120,55 @@ def load_pretrained_target(
     try:
         # Straight onto the GPU: 8 ranks of a node staging a 27B target in host RAM would not fit.
         device_map = {"": device} if device.type == "cuda" else None
-        model: nn.Module = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=dtype, device_map=device_map, revision=revision
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            str(folder),
+            dtype=dtype,
+            device_map=device_map,
+            revision=revision,
+            output_loading_info=True,
         )
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TargetError(f"target.path={path} could not be loaded: {first_line}") from None
+    model: nn.Module = loaded[0]
+    check_loading_info(path, loaded[1])
     return model
+
+
+# Weights a checkpoint may hold that the causal LM does not use: the vision tower of the
+# multimodal Qwen3.5/3.6 checkpoints and their multi-token-prediction head. Anything else that is
+# unexpected, and anything missing, means the checkpoint and the architecture disagree.
+UNUSED_WEIGHT_PREFIXES = ("visual.", "model.visual.", "mtp.", "model.mtp.")
+SHOWN_KEYS = 5
+
+
+def check_loading_info(path: str, info: dict[str, Any]) -> None:
+    """Refuse a target whose checkpoint does not match its architecture: transformers only
+    warns, and a missing layer would be trained against with random weights."""
+    missing = sorted(info.get("missing_keys") or ())
+    unexpected = sorted(
+        key
+        for key in info.get("unexpected_keys") or ()
+        if not key.startswith(UNUSED_WEIGHT_PREFIXES)
+    )
+    mismatched = sorted(str(item[0]) for item in info.get("mismatched_keys") or ())
+    problems = []
+    for what, keys in (
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("of the wrong shape", mismatched),
+    ):
+        if keys:
+            shown = ", ".join(keys[:SHOWN_KEYS]) + (
+                f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+            )
+            problems.append(f"{len(keys)} weight(s) {what}: {shown}")
+    if problems:
+        raise TargetError(
+            f"target.path={path} does not match its config.json ({'; '.join(problems)}); "
+            "accepted: a checkpoint whose weights are exactly those of its architecture "
+            "(a vision tower or an MTP head may be extra)"
+        )
 
 
 def find_parts(model: nn.Module) -> TargetParts:
