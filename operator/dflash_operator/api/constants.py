@@ -225,6 +225,7 @@ class Reason(StrEnum):
     UNKNOWN_NODE_POOL = "UnknownNodePool"
     TRAINING_WONT_FIT = "TrainingWontFit"
     MEMORY_CHECK_SKIPPED = "MemoryCheckSkipped"
+    GENERATION_LONGER_THAN_TRAINING = "GenerationLongerThanTraining"
     CLEANUP_STARTED = "CleanupStarted"
     ARTIFACTS_DELETED = "ArtifactsDeleted"
     CLEANUP_FAILED = "CleanupFailed"
@@ -308,6 +309,11 @@ _REASON_TEMPLATES: dict[Reason, str] = {
         "{terms}; {fixes}"
     ),
     Reason.MEMORY_CHECK_SKIPPED: "the training memory check was skipped: {why}",
+    Reason.GENERATION_LONGER_THAN_TRAINING: (
+        "regeneration.maxNewTokens={max_new_tokens} exceeds tokenization.maxSeqLen="
+        "{max_seq_len}: answer tokens past position {max_seq_len} of a sample (prompt "
+        "included) are generated but never trained. {advice}"
+    ),
     Reason.CLEANUP_STARTED: "Job {job} deletes {what} under {root} (cleanupPolicy {policy})",
     Reason.ARTIFACTS_DELETED: "Job {job} deleted {what} under {root}: {summary}",
     Reason.CLEANUP_FAILED: ("{what} under {root} not deleted (cleanupPolicy {policy}): {error}"),

@@ -24,9 +24,10 @@ from dflash_operator.api.naming import MAX_SHARDS
 from dflash_operator.api.spec_resources import Resources, resources_field
 
 MAX_SOURCES = 64
-# Regeneration: long enough for a thinking trace plus an answer; truncated outputs are
-# counted by the completions gate (finish_reason == length).
-DEFAULT_MAX_NEW_TOKENS = 4096
+# Regeneration: as long as training keeps (DEFAULT_MAX_SEQ_LEN), so that no default run
+# generates tokens it never trains; truncated outputs are counted by the completions gate
+# (finish_reason == length). Thinking runs often raise it (GenerationLongerThanTraining).
+DEFAULT_MAX_NEW_TOKENS = 3072
 MAX_NEW_TOKENS = 131_072
 # Qwen3's recommended sampling for thinking mode.
 DEFAULT_TEMPERATURE = 0.6

@@ -37,6 +37,7 @@ WARNING_REASONS = frozenset(
         Reason.INVALID_SPEC,
         Reason.UNKNOWN_NODE_POOL,
         Reason.TRAINING_WONT_FIT,
+        Reason.GENERATION_LONGER_THAN_TRAINING,
         Reason.CLEANUP_FAILED,
     }
 )

@@ -49,6 +49,7 @@ from dflash_operator.plan.actions import (
     SetWorkloadActive,
 )
 from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
+from dflash_operator.plan.length_check import warn_untrainable_generation
 from dflash_operator.plan.memory_check import admit_training_memory
 from dflash_operator.plan.observed import POD_DONE_PHASES, ChildView, CreateFailure, Observed
 from dflash_operator.plan.placement import PlacementError, place_stage, place_stages
@@ -160,6 +161,8 @@ def plan(inp: PlanInput) -> Plan:
         return draft.finish()
     if not admit_training_memory(spec, placements, draft, first_pass):
         return draft.finish()
+    if first_pass:
+        warn_untrainable_generation(spec, draft)
     # Started: a pools change never fails what runs; a stage that no longer fits fails the run
     # when it is about to start (`_step`).
     unplaced = {s: place_stage(spec, s, inp.pools) for s in stages if s not in placements}

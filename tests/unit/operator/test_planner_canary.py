@@ -138,7 +138,7 @@ def test_the_canary_gate_audits_the_canary_folder_with_the_generation_limit(
     assert args[3:6] == ["s3://artifacts/ml/r1/uid/canary/regen", "--out",
                          "s3://artifacts/ml/r1/uid/audit/canary"]  # fmt: skip
     assert args[args.index("--gate") + 1] == "completions"
-    assert args[args.index("--max-new-tokens") + 1] == "4096"
+    assert args[args.index("--max-new-tokens") + 1] == "3072"
 
 
 def test_a_plain_retry_of_a_failed_canary_starts_over_from_the_canarys_answers(
