@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from dflash_operator.pools import parse_pools
 
 from .conftest import POOLS, Sim, run_body, spec_dict
