@@ -125,15 +125,40 @@ def build_model_card(meta: dict[str, Any]) -> str:
             f"| Training steps | {meta['steps']} (final loss {meta.get('loss', float('nan')):.4f}) |",
             f"| Mean acceptance length | {acc_line} |",
             "",
-            "Serve with vLLM:",
-            "```",
-            f"vllm serve {meta['target']} --speculative-config "
-            f'\'{{"method":"dflash","model":"<this folder>",'
-            f'"num_speculative_tokens":{meta["blockSize"] - 1}}}\' --attention-backend flash_attn',
-            "```",
-            "",
+            *serving_lines(meta),
         ]
     )
+
+
+def mixes_sliding_and_full(layer_types: list[str]) -> bool:
+    sliding = sum(t == SLIDING_ATTENTION for t in layer_types)
+    return 0 < sliding < len(layer_types)
+
+
+def vllm_serve_command(meta: dict[str, Any]) -> str:
+    """The exact vLLM command for this drafter. vLLM 0.33.0 loads a drafter that mixes sliding
+    and full layers only on its V2 model runner (qwen3_dflash.py raises NotImplementedError
+    otherwise; checked against the wheel in tests/integration/images/test_vllm_contract.py)."""
+    env = (
+        "VLLM_USE_V2_MODEL_RUNNER=1 "
+        if mixes_sliding_and_full(meta.get("layerTypes") or [])
+        else ""
+    )
+    return (
+        f"{env}vllm serve {meta['target']} --speculative-config "
+        f'\'{{"method":"dflash","model":"<this folder>",'
+        f'"num_speculative_tokens":{meta["blockSize"] - 1}}}\' --attention-backend flash_attn'
+    )
+
+
+def serving_lines(meta: dict[str, Any]) -> list[str]:
+    lines = ["Serve with vLLM (0.33.0 or newer):", "```", vllm_serve_command(meta), "```"]
+    if mixes_sliding_and_full(meta.get("layerTypes") or []):
+        lines.append(
+            "This drafter mixes sliding-window and full-attention layers: vLLM serves it on its "
+            "V2 model runner only (`VLLM_USE_V2_MODEL_RUNNER=1`); without it vLLM refuses it."
+        )
+    return [*lines, ""]
 
 
 def export_drafter(

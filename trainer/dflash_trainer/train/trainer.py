@@ -285,6 +285,7 @@ class Trainer:
                 "targetLayerIds": list(self.drafter_cfg.target_layer_ids),
                 "numLayers": self.drafter_cfg.num_hidden_layers,
                 "blockSize": self.drafter_cfg.block_size,
+                "layerTypes": list(self.drafter_cfg.layer_types),
                 "data": data,
                 "steps": self.step,
                 "loss": self.last_loss,
