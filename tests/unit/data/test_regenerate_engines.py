@@ -8,7 +8,7 @@ import pytest
 from dflash_trainer.data.regenerate.engine import (
     SamplingSpec,
     is_prompt_opening_think,
-    request_seed,
+    shard_seed,
     split_generation,
 )
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
@@ -47,14 +47,19 @@ def test_llm_arguments_enable_prefix_caching_and_pass_parallelism_and_context() 
     assert "max_model_len" not in build_llm_kwargs(VllmSettings(model="/m"), seed=0)
 
 
-def test_sampling_arguments_carry_the_spec_a_stop_id_and_a_per_request_seed() -> None:
+def test_sampling_arguments_carry_the_spec_a_stop_id_and_no_per_request_seed() -> None:
     spec = SamplingSpec(temperature=0.6, top_p=0.95, top_k=20, max_tokens=32768, seed=7)
-    a = build_sampling_kwargs(spec, eot_id=151645, request_id="abc")
-    b = build_sampling_kwargs(spec, eot_id=151645, request_id="abd")
+    a = build_sampling_kwargs(spec, eot_id=151645)
     assert (a["temperature"], a["top_p"], a["top_k"], a["max_tokens"]) == (0.6, 0.95, 20, 32768)
     assert a["stop_token_ids"] == [151645] and a["skip_special_tokens"] is True
-    assert a["seed"] == request_seed(7, "abc") != b["seed"]
-    assert "top_k" not in build_sampling_kwargs(SamplingSpec(top_k=0), 1, "x")
+    assert "seed" not in a  # a seeded request takes vLLM's slow sampling path
+    assert "top_k" not in build_sampling_kwargs(SamplingSpec(top_k=0), 1)
+
+
+def test_the_engine_is_seeded_once_per_shard_from_the_runs_seed() -> None:
+    assert [shard_seed(7, shard) for shard in range(3)] == [7, 8, 9]
+    kwargs = build_llm_kwargs(VllmSettings(model="/m"), seed=shard_seed(7, 2))
+    assert kwargs["seed"] == 9
 
 
 @pytest.mark.parametrize(
