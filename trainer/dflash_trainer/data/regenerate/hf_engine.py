@@ -177,7 +177,8 @@ class TransformersEngine:
                 "use_async_batching": False,
                 "auto_switch_to_flash": False,
             }
-        config = GenerationConfig(**self._generation_kwargs())
+        build_config: Any = GenerationConfig  # untyped in transformers
+        config = build_config(**self._generation_kwargs())
         self._manager = self.model.init_continuous_batching(
             generation_config=config, continuous_batching_config=ContinuousBatchingConfig(**slots)
         )
