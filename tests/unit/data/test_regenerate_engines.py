@@ -11,6 +11,7 @@ from dflash_trainer.data.regenerate.engine import (
     shard_seed,
     split_generation,
 )
+from dflash_trainer.data.regenerate.hf_engine import is_streamable, split_answer
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
@@ -119,3 +120,25 @@ def test_shards_are_stable_and_cover_all_samples_evenly() -> None:
     counts = [shards.count(s) for s in range(8)]
     assert min(counts) > 400 and max(counts) < 600
     assert base_id("abc.t2") == "abc" and base_id("abc-1") == "abc-1"
+
+
+@pytest.mark.parametrize(
+    ("sampling", "version", "psutil", "cpu", "expected"),
+    [
+        (SamplingSpec(), "5.24.0", False, True, True),
+        (SamplingSpec(), "5.20.2", False, True, False),  # refuses to size its CPU cache
+        (SamplingSpec(), "5.20.2", True, True, True),  # the regen image: vLLM brings psutil
+        (SamplingSpec(), "5.20.2", False, False, True),
+        (SamplingSpec(min_p=0.05), "5.24.0", True, True, False),  # dropped by continuous batching
+        (SamplingSpec(repetition_penalty=1.1), "5.24.0", True, False, False),
+    ],
+)
+def test_transformers_streams_only_where_continuous_batching_keeps_the_sampling(
+    sampling: SamplingSpec, version: str, psutil: bool, cpu: bool, expected: bool
+) -> None:
+    assert is_streamable(sampling, version, psutil, cpu) is expected
+
+
+def test_generated_tokens_end_at_the_first_end_of_turn_or_are_cut() -> None:
+    assert split_answer([5, 6, 2, 0, 0], eot_id=2) == ([5, 6, 2], "stop")
+    assert split_answer([5, 6, 7], eot_id=2) == ([5, 6, 7], "length")
