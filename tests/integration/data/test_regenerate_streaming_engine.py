@@ -65,7 +65,7 @@ def test_streaming_needs_fewer_forward_passes_when_answers_end_at_varied_lengths
     e = engine(tiny_target, sampling, streaming=True)
     assert e.streaming
     streamed, streamed_passes = run_counting(e, batch)
-    static, static_passes = run_counting(engine(tiny_target, sampling, streaming=False), batch)
+    _, static_passes = run_counting(engine(tiny_target, sampling, streaming=False), batch)
     assert {len(t) for t in streamed} != {400}, "no answer ended early: pick another seed"
     # Each static batch runs to its longest answer; slots refill as soon as an answer ends.
     assert streamed_passes < static_passes
