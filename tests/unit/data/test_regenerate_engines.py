@@ -15,6 +15,7 @@ from dflash_trainer.data.regenerate.hf_engine import is_streamable, split_answer
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
+    VllmEngine,
     VllmSettings,
     build_llm_kwargs,
     build_sampling_kwargs,
@@ -142,3 +143,63 @@ def test_transformers_streams_only_where_continuous_batching_keeps_the_sampling(
 def test_generated_tokens_end_at_the_first_end_of_turn_or_are_cut() -> None:
     assert split_answer([5, 6, 2, 0, 0], eot_id=2) == ([5, 6, 2], "stop")
     assert split_answer([5, 6, 7], eot_id=2) == ([5, 6, 7], "length")
+
+
+@dataclass
+class FakeStreamingOutput:  # a RequestOutput as LLMEngine.step() returns it
+    request_id: str
+    outputs: list[FakeCompletion]
+    finished: bool = True
+
+
+@dataclass
+class FakeLLMEngine:  # the LLMEngine calls VllmEngine makes
+    added: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    steps: list[list[FakeStreamingOutput]] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+
+    def add_request(self, request_id: str, prompt: dict[str, object], params: object) -> str:
+        self.added.append((request_id, prompt))
+        return f"{request_id}-internal"
+
+    def step(self) -> list[FakeStreamingOutput]:
+        return self.steps.pop(0) if self.steps else []
+
+    def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
+        self.aborted += request_ids
+
+
+def fake_vllm_engine(llm_engine: FakeLLMEngine) -> VllmEngine:
+    engine = VllmEngine.__new__(VllmEngine)  # skips LLM(...): no vllm in this environment
+    engine.llm = type("FakeLLM", (), {"llm_engine": llm_engine})()
+    engine.params = object()
+    engine._unfinished = set()
+    return engine
+
+
+def test_vllm_requests_come_back_under_the_runners_ids_as_they_finish() -> None:
+    done = [FakeCompletion("A", [1, 2], "stop")]
+    llm_engine = FakeLLMEngine(
+        steps=[
+            [FakeStreamingOutput("b", done)],
+            [FakeStreamingOutput("a", [], finished=False), FakeStreamingOutput("a", done)],
+        ]
+    )
+    engine = fake_vllm_engine(llm_engine)
+    engine.add("a", [5, 6])
+    engine.add("b", [7])
+    assert llm_engine.added[0] == ("a", {"type": "token", "prompt_token_ids": [5, 6]})
+    assert [rid for rid, _ in engine.step()] == ["b"]
+    assert [(rid, g.finish_reason) for rid, g in engine.step()] == [("a", "stop")]
+    assert engine.step() == [] and llm_engine.steps == []  # nothing unfinished: no step
+    engine.close()
+    assert llm_engine.aborted == []
+
+
+def test_closing_a_failed_vllm_shard_aborts_its_unfinished_requests() -> None:
+    llm_engine = FakeLLMEngine()
+    engine = fake_vllm_engine(llm_engine)
+    engine.add("a", [1])
+    engine.add("b", [2])
+    engine.close()
+    assert llm_engine.aborted == ["a", "b"]
