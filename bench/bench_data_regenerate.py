@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.regenerate.cli import main as regenerate_main
-from dflash_trainer.data.regenerate.engine import SamplingSpec
+from dflash_trainer.data.regenerate.engine import SamplingSpec, generate_all
 from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
+from dflash_trainer.data.target import context_length
 from dflash_trainer.storage import read_json
 from dflash_trainer.tiny.build import build_tiny_target
 from dflash_trainer.tiny.prompts import build_prompt_records
@@ -28,7 +29,7 @@ from dflash_trainer.tiny.prompts import build_prompt_records
 
 def measure(engine: TransformersEngine, prompts: list[list[int]]) -> tuple[float, int]:
     t0 = time.perf_counter()
-    outputs = engine.generate(prompts, [f"p{i}" for i in range(len(prompts))])
+    outputs = generate_all(engine, prompts)
     return time.perf_counter() - t0, sum(len(o.token_ids) for o in outputs)
 
 
@@ -50,13 +51,18 @@ def main() -> None:
         texts = [template.render(r["messages"], True) for r in records]
         prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         sampling = SamplingSpec(temperature=0.0, max_tokens=args.max_tokens)
+        context = context_length(str(target.path)) or 4096
         batched = TransformersEngine(
-            str(target.path), tokenizer, sampling, target.eos_token_id, args.batch
+            str(target.path), tokenizer, sampling, target.eos_token_id, 0, context, args.batch
         )
-        single = TransformersEngine(str(target.path), tokenizer, sampling, target.eos_token_id, 1)
+        single = TransformersEngine(
+            str(target.path), tokenizer, sampling, target.eos_token_id, 0, context, 1
+        )
         measure(batched, prompts[:8])  # warm-up
         batched_s, batched_tokens = measure(batched, prompts)
         single_s, single_tokens = measure(single, prompts)
+        batched.close()
+        single.close()
 
         data = Path(tmp) / "prompts.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in records))

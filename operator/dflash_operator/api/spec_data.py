@@ -369,7 +369,11 @@ class RegenerationSpec(ApiModel):
     seed: int = Field(
         default=0,
         ge=0,
-        description="Sampling seed; shard i uses seed + i, so reruns regenerate identically.",
+        description=(
+            "Sampling seed; the engine of shard i is seeded once with seed + i (requests carry "
+            "no seed). A rerun gives the same answers only with the same batches and "
+            "deterministic kernels (docs/data-pipeline.md)."
+        ),
     )
     shards: int = Field(
         default=DEFAULT_SHARDS,

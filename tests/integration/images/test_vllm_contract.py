@@ -45,7 +45,21 @@ def test_sampling_params_take_every_field_as_given(report: dict[str, object]) ->
     assert report["sampling_mismatches"] == []
 
 
-def test_generate_takes_token_prompts_and_per_request_params(report: dict[str, object]) -> None:
+def test_requests_carry_no_seed_and_the_engine_gets_the_shards(report: dict[str, object]) -> None:
+    assert report["sampling_seed"] is None  # a seeded request takes vLLM's slow sampling path
+    assert report["llm_seed"] == 7 + 3  # shard_seed(7, shard 3)
+
+
+def test_the_streaming_loop_uses_the_llms_own_v1_engine(report: dict[str, object]) -> None:
+    assert report["llm_engine_is_v1"] is True
+    assert report["add_request_head"] == ["request_id", "prompt", "params"]
+    assert report["step_params"] == [] and report["abort_request_head"] == ["request_ids"]
+    assert report["final_only"] is True
+    assert report["engine_input_matches"] is True and report["engine_input_keys_known"] is True
+    assert report["request_output_has"] == ["finished", "outputs", "request_id"]
+
+
+def test_generate_takes_token_prompts_and_sampling_params(report: dict[str, object]) -> None:
     assert report["generate_missing"] == []
     assert report["tokens_prompt_has_ids"] is True
 

@@ -9,10 +9,11 @@ import json
 import typing
 
 import vllm
-from dflash_trainer.data.regenerate.engine import KNOWN_REASONS, SamplingSpec
+from dflash_trainer.data.regenerate.engine import KNOWN_REASONS, SamplingSpec, shard_seed
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
     VllmSettings,
+    build_engine_input,
     build_llm_kwargs,
     build_sampling_kwargs,
     parse_request_output,
@@ -20,8 +21,11 @@ from dflash_trainer.data.regenerate.vllm_engine import (
 from vllm import LLM, SamplingParams
 from vllm.engine.arg_utils import EngineArgs
 from vllm.inputs import TokensPrompt
+from vllm.inputs.engine import TokensInput, tokens_input
 from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import FinishReason
+from vllm.v1.engine.llm_engine import LLMEngine
 
 report: dict[str, typing.Any] = {"vllm": vllm.__version__}
 
@@ -30,17 +34,40 @@ init = inspect.signature(LLM.__init__).parameters
 takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in init.values())
 engine_fields = {f.name for f in dataclasses.fields(EngineArgs)}
 settings = VllmSettings(model="/models/target", max_model_len=8192, revision="0123abc")
-llm_kwargs = build_llm_kwargs(settings, seed=7)
+llm_kwargs = build_llm_kwargs(settings, seed=shard_seed(7, 3))
+report["llm_seed"] = llm_kwargs["seed"]
 report["llm_kwargs"] = sorted(llm_kwargs)
 report["unknown_llm_kwargs"] = sorted(
     k for k in llm_kwargs if k not in init and not (takes_kwargs and k in engine_fields)
 )
 
 # SamplingParams(...): built for real, and every value read back.
-sampling_kwargs = build_sampling_kwargs(SamplingSpec(top_k=20, max_tokens=4096), 151645, "r-1")
+sampling_kwargs = build_sampling_kwargs(SamplingSpec(top_k=20, max_tokens=4096, seed=7), 151645)
 params = SamplingParams(**sampling_kwargs)
 report["sampling_mismatches"] = sorted(
     k for k, v in sampling_kwargs.items() if getattr(params, k) != v
+)
+report["sampling_seed"] = params.seed  # None: vLLM's fast (batched) sampling path
+params.output_kind = RequestOutputKind.FINAL_ONLY  # what VllmEngine sets, as LLM.generate does
+report["final_only"] = params.clone().output_kind == RequestOutputKind.FINAL_ONLY
+
+# The streaming loop on the LLM's own engine (LLM.llm_engine, an LLMEngine in V1):
+# add_request(request_id, prompt, params), step() -> outputs, abort_request(ids).
+llm_init = inspect.getsource(LLM.__init__)
+report["llm_engine_is_v1"] = "self.llm_engine = LLMEngine.from_engine_args(" in llm_init and (
+    LLMEngine.__module__ == "vllm.v1.engine.llm_engine"
+)
+add = list(inspect.signature(LLMEngine.add_request).parameters)
+report["add_request_head"] = add[1:4]
+report["step_params"] = list(inspect.signature(LLMEngine.step).parameters)[1:]
+report["abort_request_head"] = list(inspect.signature(LLMEngine.abort_request).parameters)[1:2]
+report["engine_input_matches"] = build_engine_input([1, 2, 3]) == tokens_input([1, 2, 3])
+report["engine_input_keys_known"] = set(build_engine_input([1])) <= set(
+    typing.get_type_hints(TokensInput)
+)
+request_output_init = inspect.signature(RequestOutput.__init__).parameters
+report["request_output_has"] = sorted(
+    n for n in ("request_id", "outputs", "finished") if n in request_output_init
 )
 
 # generate(prompts, sampling_params, use_tqdm=...), prompts as TokensPrompt dicts.

@@ -8,12 +8,14 @@ import pytest
 from dflash_trainer.data.regenerate.engine import (
     SamplingSpec,
     is_prompt_opening_think,
-    request_seed,
+    shard_seed,
     split_generation,
 )
+from dflash_trainer.data.regenerate.hf_engine import is_streamable, split_answer
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
+    VllmEngine,
     VllmSettings,
     build_llm_kwargs,
     build_sampling_kwargs,
@@ -47,14 +49,19 @@ def test_llm_arguments_enable_prefix_caching_and_pass_parallelism_and_context() 
     assert "max_model_len" not in build_llm_kwargs(VllmSettings(model="/m"), seed=0)
 
 
-def test_sampling_arguments_carry_the_spec_a_stop_id_and_a_per_request_seed() -> None:
+def test_sampling_arguments_carry_the_spec_a_stop_id_and_no_per_request_seed() -> None:
     spec = SamplingSpec(temperature=0.6, top_p=0.95, top_k=20, max_tokens=32768, seed=7)
-    a = build_sampling_kwargs(spec, eot_id=151645, request_id="abc")
-    b = build_sampling_kwargs(spec, eot_id=151645, request_id="abd")
+    a = build_sampling_kwargs(spec, eot_id=151645)
     assert (a["temperature"], a["top_p"], a["top_k"], a["max_tokens"]) == (0.6, 0.95, 20, 32768)
     assert a["stop_token_ids"] == [151645] and a["skip_special_tokens"] is True
-    assert a["seed"] == request_seed(7, "abc") != b["seed"]
-    assert "top_k" not in build_sampling_kwargs(SamplingSpec(top_k=0), 1, "x")
+    assert "seed" not in a  # a seeded request takes vLLM's slow sampling path
+    assert "top_k" not in build_sampling_kwargs(SamplingSpec(top_k=0), 1)
+
+
+def test_the_engine_is_seeded_once_per_shard_from_the_runs_seed() -> None:
+    assert [shard_seed(7, shard) for shard in range(3)] == [7, 8, 9]
+    kwargs = build_llm_kwargs(VllmSettings(model="/m"), seed=shard_seed(7, 2))
+    assert kwargs["seed"] == 9
 
 
 @pytest.mark.parametrize(
@@ -114,3 +121,85 @@ def test_shards_are_stable_and_cover_all_samples_evenly() -> None:
     counts = [shards.count(s) for s in range(8)]
     assert min(counts) > 400 and max(counts) < 600
     assert base_id("abc.t2") == "abc" and base_id("abc-1") == "abc-1"
+
+
+@pytest.mark.parametrize(
+    ("sampling", "version", "psutil", "cpu", "expected"),
+    [
+        (SamplingSpec(), "5.24.0", False, True, True),
+        (SamplingSpec(), "5.20.2", False, True, False),  # refuses to size its CPU cache
+        (SamplingSpec(), "5.20.2", True, True, True),  # the regen image: vLLM brings psutil
+        (SamplingSpec(), "5.20.2", False, False, True),
+        (SamplingSpec(min_p=0.05), "5.24.0", True, True, False),  # dropped by continuous batching
+        (SamplingSpec(repetition_penalty=1.1), "5.24.0", True, False, False),
+    ],
+)
+def test_transformers_streams_only_where_continuous_batching_keeps_the_sampling(
+    sampling: SamplingSpec, version: str, psutil: bool, cpu: bool, expected: bool
+) -> None:
+    assert is_streamable(sampling, version, psutil, cpu) is expected
+
+
+def test_generated_tokens_end_at_the_first_end_of_turn_or_are_cut() -> None:
+    assert split_answer([5, 6, 2, 0, 0], eot_id=2) == ([5, 6, 2], "stop")
+    assert split_answer([5, 6, 7], eot_id=2) == ([5, 6, 7], "length")
+
+
+@dataclass
+class FakeStreamingOutput:  # a RequestOutput as LLMEngine.step() returns it
+    request_id: str
+    outputs: list[FakeCompletion]
+    finished: bool = True
+
+
+@dataclass
+class FakeLLMEngine:  # the LLMEngine calls VllmEngine makes
+    added: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    steps: list[list[FakeStreamingOutput]] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+
+    def add_request(self, request_id: str, prompt: dict[str, object], params: object) -> str:
+        self.added.append((request_id, prompt))
+        return f"{request_id}-internal"
+
+    def step(self) -> list[FakeStreamingOutput]:
+        return self.steps.pop(0) if self.steps else []
+
+    def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
+        self.aborted += request_ids
+
+
+def fake_vllm_engine(llm_engine: FakeLLMEngine) -> VllmEngine:
+    engine = VllmEngine.__new__(VllmEngine)  # skips LLM(...): no vllm in this environment
+    engine.llm = type("FakeLLM", (), {"llm_engine": llm_engine})()
+    engine.params = object()
+    engine._unfinished = set()
+    return engine
+
+
+def test_vllm_requests_come_back_under_the_runners_ids_as_they_finish() -> None:
+    done = [FakeCompletion("A", [1, 2], "stop")]
+    llm_engine = FakeLLMEngine(
+        steps=[
+            [FakeStreamingOutput("b", done)],
+            [FakeStreamingOutput("a", [], finished=False), FakeStreamingOutput("a", done)],
+        ]
+    )
+    engine = fake_vllm_engine(llm_engine)
+    engine.add("a", [5, 6])
+    engine.add("b", [7])
+    assert llm_engine.added[0] == ("a", {"type": "token", "prompt_token_ids": [5, 6]})
+    assert [rid for rid, _ in engine.step()] == ["b"]
+    assert [(rid, g.finish_reason) for rid, g in engine.step()] == [("a", "stop")]
+    assert engine.step() == [] and llm_engine.steps == []  # nothing unfinished: no step
+    engine.close()
+    assert llm_engine.aborted == []
+
+
+def test_closing_a_failed_vllm_shard_aborts_its_unfinished_requests() -> None:
+    llm_engine = FakeLLMEngine()
+    engine = fake_vllm_engine(llm_engine)
+    engine.add("a", [1])
+    engine.add("b", [2])
+    engine.close()
+    assert llm_engine.aborted == ["a", "b"]

@@ -26,8 +26,8 @@ from dflash_trainer.data.regenerate.canary import (
     load_canary_rows,
     select_canary,
 )
-from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec
-from dflash_trainer.data.regenerate.runner import ShardPlan, ShardRunner
+from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec, shard_seed
+from dflash_trainer.data.regenerate.runner import DEFAULT_IN_FLIGHT, ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
 from dflash_trainer.data.regenerate.vllm_engine import parse_engine_args
 from dflash_trainer.data.sources import load_sources
@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a further vLLM engine argument (repeatable), e.g. max-num-seqs=256",
     )
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=DEFAULT_IN_FLIGHT,
+        help="requests kept in the engine at once (the shard streams through it)",
+    )
     p.add_argument("--batch-size", type=int, default=16, help="transformers engine batch")
     p.add_argument("--threads", type=int, help="transformers engine CPU threads")
     p.add_argument(
@@ -129,8 +135,8 @@ def validate(args: argparse.Namespace) -> None:
         raise BadInputError(
             f"--canary-samples-per-source {args.canary_samples_per_source}: must be at least 1"
         )
-    if args.max_tokens < 1 or args.part_rows < 1:
-        raise BadInputError("--max-new-tokens and --part-rows must be at least 1")
+    if args.max_tokens < 1 or args.part_rows < 1 or args.in_flight < 1:
+        raise BadInputError("--max-new-tokens, --part-rows and --in-flight must be at least 1")
     try:
         args.engine_kwargs = parse_engine_args(args.engine_arg)
     except ValueError as exc:
@@ -187,6 +193,7 @@ class Target:
 
 
 def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpec) -> Engine:
+    seed = shard_seed(sampling.seed, args.shard)
     if args.engine == "transformers":
         from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
 
@@ -195,6 +202,8 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
             target.tokenizer,
             sampling,
             target.ids.end_of_turn,
+            seed,
+            target.context,
             args.batch_size,
             args.threads,
             args.revision,
@@ -212,7 +221,7 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
         revision=args.revision,
         extra=args.engine_kwargs,
     )
-    return VllmEngine(settings, sampling, target.ids.end_of_turn)
+    return VllmEngine(settings, sampling, target.ids.end_of_turn, seed)
 
 
 def generation_fingerprint(args: argparse.Namespace) -> str:
@@ -283,6 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.part_rows,
         args.max_tokens,
         args.progress_seconds,
+        args.in_flight,
     )
     canary_rows = (
         {} if canary else load_canary_rows(args.run_root, args.shard, args.shards, settings)

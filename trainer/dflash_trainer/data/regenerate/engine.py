@@ -1,12 +1,12 @@
 """The one interface both generation engines implement, and what they return.
 
-Engines receive prompts as token ids (rendered by `data.chat_template`, the same renderer the
-tokenize stage uses) and return the generated ids, the decoded text and why generation stopped.
+Engines stream: the runner adds requests (prompts as token ids, rendered by `data.chat_template`,
+the same renderer the tokenize stage uses) and steps the engine, which returns each request as it
+finishes: the generated ids, the decoded text and why generation stopped.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,17 +48,39 @@ class Generation:
 
 
 class Engine(Protocol):
+    """A streaming engine: requests go in one at a time and come out as they finish."""
+
     name: str
 
-    def generate(self, prompts: list[list[int]], request_ids: list[str]) -> list[Generation]:
-        """One Generation per prompt, in order. `request_ids` seed per-request sampling."""
+    def add(self, request_id: str, prompt: list[int]) -> None:
+        """Queue one request (the id is the runner's own, unique among unfinished requests)."""
+        ...
+
+    def step(self) -> list[tuple[str, Generation]]:
+        """Advance the engine; the requests that finished meanwhile, in the order they finished.
+        May return nothing (a step that finished no request); never blocks without work."""
+        ...
+
+    def close(self) -> None:
+        """Stop background work (transformers' batching thread); the engine is not used again."""
         ...
 
 
-def request_seed(seed: int, request_id: str) -> int:
-    """A per-request sampling seed: the same sample gets the same answer however it is batched."""
-    digest = hashlib.sha256(f"{seed}:{request_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+def generate_all(engine: Engine, prompts: list[list[int]]) -> list[Generation]:
+    """Every prompt through a streaming engine, answers in prompt order (benchmarks, tests)."""
+    for n, prompt in enumerate(prompts):
+        engine.add(str(n), prompt)
+    answers: dict[str, Generation] = {}
+    while len(answers) < len(prompts):
+        answers.update(engine.step())
+    return [answers[str(n)] for n in range(len(prompts))]
+
+
+def shard_seed(seed: int, shard: int) -> int:
+    """The engine's one sampling seed for a shard. Per-request seeds would force vLLM onto its slow
+    sampling path (a per-request generator loop over the vocabulary): docs/data-pipeline.md says
+    what reproducibility one seed per shard gives."""
+    return seed + shard
 
 
 def is_prompt_opening_think(prompt_text: str) -> bool:

@@ -1,10 +1,15 @@
-"""The transformers engine: batched `generate` on CPU (tests, the demo) or a single GPU.
+"""The transformers engine: continuous batching on CPU (tests, the demo) or a single GPU.
 
 Slow next to vLLM but exact and dependency-free; the tiny target makes it fast enough for CI.
+Where transformers' continuous batching cannot run the sampling asked for (`is_streamable`), the
+engine falls back to static batches of `model.generate`, each waiting for its slowest answer.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
+from collections import deque
 from typing import Any
 
 import torch
@@ -14,8 +19,37 @@ from dflash_trainer.data.regenerate.engine import (
     FINISH_STOP,
     Generation,
     SamplingSpec,
-    request_seed,
 )
+
+# Measured: transformers 5.20.2 sizes the CPU cache of continuous batching from psutil and refuses
+# to start without it ("available memory 0"); 5.24.0 runs without it. vLLM installs psutil, so the
+# regen image streams with either version.
+CPU_STREAMING_WITHOUT_PSUTIL = (5, 24)
+# Tokens per cache page on CPU (transformers' default of 256 wastes most of a page per request on
+# short answers); the GPU keeps transformers' own sizing from free memory.
+CPU_PAGE_SIZE = 64
+# Tokens per forward pass (a longer prefill is split): each step's tensors are sized to it, so on
+# CPU a small value is faster (measured on the tiny target: 1024 ran 1.8x slower than 256).
+CPU_MAX_BATCH_TOKENS = 256
+# How long `step` waits for a finished request before it checks the batching thread is alive.
+RESULT_WAIT_SECONDS = 1.0
+
+
+def is_streamable(sampling: SamplingSpec, version: str, has_psutil: bool, on_cpu: bool) -> bool:
+    """Whether transformers' continuous batching can stream this sampling: it keeps only
+    temperature, top-k and top-p (it drops min-p and repetition penalty: their answers would
+    change silently), and on CPU it needs psutil before transformers 5.24."""
+    if sampling.min_p > 0 or sampling.repetition_penalty != 1.0:
+        return False
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return not on_cpu or has_psutil or (major, minor) >= CPU_STREAMING_WITHOUT_PSUTIL
+
+
+def split_answer(tokens: list[int], eot_id: int) -> tuple[list[int], str]:
+    """(tokens up to and including the end of turn, finish reason) of generated tokens."""
+    if eot_id in tokens:
+        return tokens[: tokens.index(eot_id) + 1], FINISH_STOP
+    return tokens, FINISH_LENGTH
 
 
 class TransformersEngine:
@@ -27,14 +61,19 @@ class TransformersEngine:
         tokenizer: Any,
         sampling: SamplingSpec,
         eot_id: int,
+        seed: int,
+        context: int,
         batch_size: int = 16,
         threads: int | None = None,
         revision: str | None = None,
+        streaming: bool | None = None,
     ) -> None:
+        import transformers
         from transformers import AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
+        torch.manual_seed(seed)  # one seed per shard (engine.shard_seed)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32, revision=revision
         )
@@ -42,29 +81,73 @@ class TransformersEngine:
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.eot_id = eot_id
+        self.seed = seed
+        self.context = context
         self.batch_size = batch_size
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else eot_id
+        self.on_cpu = self.model.device.type == "cpu"
+        has_psutil = importlib.util.find_spec("psutil") is not None
+        if streaming is None:
+            streaming = is_streamable(sampling, transformers.__version__, has_psutil, self.on_cpu)
+        self.streaming = streaming
+        self._queue: deque[tuple[str, list[int]]] = deque()  # static batches only
+        self._unfinished: set[str] = set()
+        self._manager: Any = None
 
-    def generate(self, prompts: list[list[int]], request_ids: list[str]) -> list[Generation]:
-        out: list[Generation] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            ids = request_ids[start : start + self.batch_size]
-            out.extend(self._generate_batch(chunk, ids))
-        return out
+    def add(self, request_id: str, prompt: list[int]) -> None:
+        self._unfinished.add(request_id)
+        if not self.streaming:
+            self._queue.append((request_id, prompt))
+            return
+        manager = self._manager or self._start_manager()
+        manager.add_request(
+            prompt,
+            request_id=request_id,
+            max_new_tokens=self.sampling.max_tokens,
+            eos_token_id=self.eot_id,
+        )
 
-    def _generate_batch(self, prompts: list[list[int]], request_ids: list[str]) -> list[Generation]:
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: generation continues at the end
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention[row, width - len(prompt) :] = 1
+    def step(self) -> list[tuple[str, Generation]]:
+        if not self._unfinished:
+            return []
+        if not self.streaming:
+            batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+            outputs = self._generate_batch([prompt for _, prompt in batch])
+            self._unfinished.difference_update(rid for rid, _ in batch)
+            return [(rid, out) for (rid, _), out in zip(batch, outputs, strict=True)]
+        finished = []
+        result = self._manager.get_result(timeout=RESULT_WAIT_SECONDS)
+        while result is not None:
+            if result.is_finished():
+                finished.append((result.request_id, self._parse(result)))
+                self._unfinished.discard(result.request_id)
+            result = self._manager.get_result(timeout=0)
+        if not finished and not self._manager.is_running():
+            raise RuntimeError(
+                f"transformers continuous batching stopped with {len(self._unfinished)} "
+                "requests unfinished (see the log above for its error)"
+            )
+        return finished
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.stop(block=True)
+            self._manager = None
+
+    def _parse(self, result: Any) -> Generation:
+        if result.error:
+            raise RuntimeError(f"transformers request {result.request_id} failed: {result.error}")
+        tokens, finish = split_answer([int(t) for t in result.generated_tokens], self.eot_id)
+        return self._generation(tokens, finish)
+
+    def _generation(self, tokens: list[int], finish: str) -> Generation:
+        body = tokens[:-1] if finish == FINISH_STOP else tokens
+        text = self.tokenizer.decode(body, skip_special_tokens=True)
+        return Generation(token_ids=tokens, text=text, finish_reason=finish)
+
+    def _generation_kwargs(self) -> dict[str, Any]:
         s = self.sampling
-        # transformers samples a batch from one generator: seed it from the batch's first sample
-        # so that a resumed shard, batched the same way, regenerates the same answers.
-        torch.manual_seed(request_seed(s.seed, request_ids[0]))
         sample = s.temperature > 0
         kwargs: dict[str, Any] = {
             "max_new_tokens": s.max_tokens,
@@ -78,17 +161,44 @@ class TransformersEngine:
                 kwargs["min_p"] = s.min_p
         if s.repetition_penalty != 1.0:
             kwargs["repetition_penalty"] = s.repetition_penalty
+        return kwargs
+
+    def _start_manager(self) -> Any:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        slots: dict[str, Any] = {"max_requests_per_batch": self.batch_size, "seed": self.seed}
+        if self.on_cpu:  # size the cache for a full batch of the longest requests
+            pages = self.batch_size * math.ceil(self.context / CPU_PAGE_SIZE)
+            slots |= {
+                "page_size": CPU_PAGE_SIZE,
+                "num_blocks": pages,
+                "max_batch_tokens": CPU_MAX_BATCH_TOKENS,
+                "allow_block_sharing": False,
+                "use_cuda_graph": False,
+                "use_async_batching": False,
+                "auto_switch_to_flash": False,
+            }
+        build_config: Any = GenerationConfig  # untyped in transformers
+        config = build_config(**self._generation_kwargs())
+        self._manager = self.model.init_continuous_batching(
+            generation_config=config, continuous_batching_config=ContinuousBatchingConfig(**slots)
+        )
+        self._manager.start()
+        return self._manager
+
+    def _generate_batch(self, prompts: list[list[int]]) -> list[Generation]:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: generation continues at the end
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention[row, width - len(prompt) :] = 1
         with torch.no_grad():
-            generated = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        results = []
-        for row in generated[:, width:].tolist():
-            if self.eot_id in row:
-                tokens = row[: row.index(self.eot_id) + 1]
-                finish = FINISH_STOP
-            else:
-                tokens = row
-                finish = FINISH_LENGTH
-            body = tokens[:-1] if finish == FINISH_STOP else tokens
-            text = self.tokenizer.decode(body, skip_special_tokens=True)
-            results.append(Generation(token_ids=tokens, text=text, finish_reason=finish))
-        return results
+            generated = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, **self._generation_kwargs()
+            )
+        return [
+            self._generation(*split_answer(row, self.eot_id))
+            for row in generated[:, width:].tolist()
+        ]

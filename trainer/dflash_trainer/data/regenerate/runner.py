@@ -1,5 +1,6 @@
-"""Regenerate one shard: pick its prompts, skip what is done, generate turn by turn, write parts,
-commit. Re-running a committed shard does nothing; a half-done shard resumes where it stopped.
+"""Regenerate one shard: pick its prompts, skip what is done, stream them through the engine turn
+by turn, write parts of finished samples as they finish, commit. Re-running a committed shard does
+nothing; a half-done shard resumes where it stopped (its written parts are kept and skipped).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +20,7 @@ from dflash_trainer.data.records import Message, PromptRecord
 from dflash_trainer.data.regenerate.engine import (
     CUT_REASONS,
     Engine,
+    Generation,
     is_prompt_opening_think,
     split_generation,
 )
@@ -30,6 +33,10 @@ from dflash_trainer.data.regenerate.shard_store import (
 )
 
 PROGRESS_SECONDS = 30.0
+# Requests kept in the engine at once: several times vLLM's own slots (max_num_seqs, 1024 on a
+# B200) so that its scheduler always has the next prompt ready when an answer finishes. Only
+# finished samples are written, so a crash loses at most this many answers plus one part.
+DEFAULT_IN_FLIGHT = 4096
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class ShardPlan:
     part_rows: int
     max_tokens: int  # room kept for the answer: longer prompts are skipped and counted
     progress_seconds: float = PROGRESS_SECONDS
+    in_flight: int = DEFAULT_IN_FLIGHT  # requests in the engine at once (see DEFAULT_IN_FLIGHT)
 
 
 class PromptTarget(Protocol):
@@ -123,10 +131,15 @@ def build_imported_row(record: PromptRecord) -> dict[str, Any]:
 
 @dataclass
 class Conversation:
+    """One sample on its way through the engine: a turn at a time, its rows kept until its last."""
+
     record: PromptRecord
     history: list[Message]
     users: list[Message]
-    alive: bool = True
+    turn: int = 0
+    prompt: list[Message] = field(default_factory=list)  # the turn being generated
+    text: str = ""  # that prompt rendered
+    rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ShardRunner:
@@ -147,6 +160,10 @@ class ShardRunner:
         self._target: PromptTarget | None = None
         self._engine: Engine | None = None
         self.counts = ShardCounts()
+        # Rows of the samples finished since the last part (every turn of each), in finish order.
+        self._buffer: list[dict[str, Any]] = []
+        self._buffered = 0
+        self._progress = Progress("", 0, plan.progress_seconds)
 
     @property
     def target(self) -> PromptTarget:
@@ -177,30 +194,45 @@ class ShardRunner:
         return self.run_pending(self.select(records), progress_out)
 
     def run_pending(self, pending: list[PromptRecord], progress_out: Any = None) -> ShardCounts:
-        progress = Progress(
+        """Imported and canary samples are written at once; the rest stream through the engine.
+        A part is written whenever `part_rows` samples have finished, in the order they finished."""
+        self._progress = Progress(
             f"regenerate shard {self.plan.shard}/{self.plan.shards}",
             len(pending),
             self.plan.progress_seconds,
             progress_out,
         )
-        for start in range(0, len(pending), self.plan.part_rows):
-            chunk = pending[start : start + self.plan.part_rows]
-            rows = [build_imported_row(r) for r in chunk if r.completion is not None]
-            self.counts.imported += len(rows)
-            from_canary = [r for r in chunk if r.completion is None and r.id in self.canary_rows]
-            for record in from_canary:
-                rows += self.canary_rows[record.id]
-            self.counts.from_canary += len(from_canary)
-            to_generate = [
-                r for r in chunk if r.completion is None and r.id not in self.canary_rows
-            ]
-            if to_generate:
-                rows += self.generate_conversations(to_generate)
-            if rows:
-                self.write(rows)
-            progress.add(len(chunk), sum(int(r["num_output_tokens"] or 0) for r in rows))
-        progress.add(0, 0, force=True)
+        to_generate = []
+        for record in pending:
+            if record.completion is not None:
+                self.counts.imported += 1
+                self.finish_sample([build_imported_row(record)])
+            elif record.id in self.canary_rows:
+                self.counts.from_canary += 1
+                self.finish_sample(self.canary_rows[record.id])
+            else:
+                to_generate.append(record)
+        if to_generate:
+            try:
+                self.stream(to_generate)
+            finally:
+                self.engine.close()
+        self.flush()
+        self._progress.add(0, 0, force=True)
         return self.counts
+
+    def finish_sample(self, rows: list[dict[str, Any]]) -> None:
+        """One sample is done (every row of it): buffered, and written with a full part."""
+        self._buffer += rows
+        self._buffered += 1
+        self._progress.add(1, sum(int(r["num_output_tokens"] or 0) for r in rows))
+        if self._buffered >= self.plan.part_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self.write(self._buffer)
+        self._buffer, self._buffered = [], 0
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         table = pa.Table.from_pylist(rows, schema=COMPLETION_SCHEMA)
@@ -209,62 +241,87 @@ class ShardRunner:
         self.counts.rows += info.rows
         self.counts.output_tokens += info.output_tokens
 
-    def generate_conversations(self, records: list[PromptRecord]) -> list[dict[str, Any]]:
-        """Every user turn of every record, in order; each answer feeds the next turn's prompt."""
-        states = []
-        for record in records:
-            prefix, users = split_turns(record.messages)
-            states.append(Conversation(record, list(prefix), users))
-        rows: list[dict[str, Any]] = []
-        turn = 0
-        while True:
-            active = [s for s in states if s.alive and turn < len(s.users)]
-            if not active:
-                break
-            prompts = [[*s.history, s.users[turn]] for s in active]
-            template = self.target.template
-            texts = [template.render(p, True, self.plan.enable_thinking) for p in prompts]
-            ids = self.target.encode(texts)
-            limit = max(1, self.target.context - self.plan.max_tokens)
-            keep = []
-            for s, prompt, text, prompt_ids in zip(active, prompts, texts, ids, strict=True):
-                if len(prompt_ids) > limit:
-                    self.counts.overlong += 1 if turn == 0 else 0
-                    s.alive = False
-                    continue
-                keep.append((s, prompt, text, prompt_ids))
-            if not keep:
-                break
-            request_ids = [self.row_id(k[0].record.id, turn) for k in keep]
-            outputs = self.engine.generate([k[3] for k in keep], request_ids)
-            for (s, prompt, text, _), out, row_id in zip(keep, outputs, request_ids, strict=True):
-                reasoning, response = split_generation(
-                    out.text, self.plan.enable_thinking, is_prompt_opening_think(text)
-                )
-                rows.append(
-                    {
-                        "id": row_id,
-                        "source": s.record.source,
-                        "prompt": json.dumps(prompt, ensure_ascii=False),
-                        "response": response,
-                        "reasoning": reasoning,
-                        "output_token_ids": out.token_ids,
-                        "num_output_tokens": len(out.token_ids),
-                        "finish_reason": out.finish_reason,
-                        "turn": turn,
-                    }
-                )
-                if turn == 0:
-                    self.counts.generated_samples += 1
-                answer: Message = {"role": "assistant", "content": response}
-                if reasoning is not None:
-                    answer["reasoning_content"] = reasoning
-                s.history = [*prompt, answer]
-                if out.finish_reason in CUT_REASONS:
-                    self.counts.truncated += 1
-                    s.alive = False  # later turns would build on a cut-off answer
-            turn += 1
-        return rows
+    def stream(self, records: list[PromptRecord]) -> None:
+        """Every user turn of every record through the engine, `in_flight` requests at a time;
+        an answer's next turn is queued as soon as the answer finishes."""
+        waiting = deque(records)
+        live: dict[str, Conversation] = {}  # request id -> its conversation
+        while waiting or live:
+            if waiting and len(live) < self.plan.in_flight:
+                batch = [waiting.popleft() for _ in range(self.plan.in_flight - len(live))
+                         if waiting]  # fmt: skip
+                self.submit([self.start(record) for record in batch], live)
+                continue
+            for request_id, out in self.engine.step():
+                conversation = live.pop(request_id)
+                if self.answer(conversation, request_id, out):
+                    self.submit([conversation], live)
+
+    @staticmethod
+    def start(record: PromptRecord) -> Conversation:
+        prefix, users = split_turns(record.messages)
+        return Conversation(record, list(prefix), users)
+
+    def submit(self, conversations: list[Conversation], live: dict[str, Conversation]) -> None:
+        """Render and encode the conversations' next turns (in one call) and add them to the
+        engine; a prompt too long for the context ends its conversation there."""
+        active = [c for c in conversations if c.turn < len(c.users)]
+        for c in conversations:
+            if c.turn >= len(c.users):
+                self.end(c)
+        if not active:
+            return
+        template = self.target.template
+        for c in active:
+            c.prompt = [*c.history, c.users[c.turn]]
+            c.text = template.render(c.prompt, True, self.plan.enable_thinking)
+        ids = self.target.encode([c.text for c in active])
+        limit = max(1, self.target.context - self.plan.max_tokens)
+        for c, prompt_ids in zip(active, ids, strict=True):
+            if len(prompt_ids) > limit:
+                self.counts.overlong += 1 if c.turn == 0 else 0
+                self.end(c)
+                continue
+            request_id = self.row_id(c.record.id, c.turn)
+            live[request_id] = c
+            self.engine.add(request_id, prompt_ids)
+
+    def answer(self, c: Conversation, row_id: str, out: Generation) -> bool:
+        """Record one answer; whether the conversation goes on to its next turn."""
+        reasoning, response = split_generation(
+            out.text, self.plan.enable_thinking, is_prompt_opening_think(c.text)
+        )
+        c.rows.append(
+            {
+                "id": row_id,
+                "source": c.record.source,
+                "prompt": json.dumps(c.prompt, ensure_ascii=False),
+                "response": response,
+                "reasoning": reasoning,
+                "output_token_ids": out.token_ids,
+                "num_output_tokens": len(out.token_ids),
+                "finish_reason": out.finish_reason,
+                "turn": c.turn,
+            }
+        )
+        if c.turn == 0:
+            self.counts.generated_samples += 1
+        answer: Message = {"role": "assistant", "content": response}
+        if reasoning is not None:
+            answer["reasoning_content"] = reasoning
+        c.history = [*c.prompt, answer]
+        c.turn += 1
+        if out.finish_reason in CUT_REASONS:
+            self.counts.truncated += 1
+            self.end(c)  # later turns would build on a cut-off answer
+            return False
+        return True
+
+    def end(self, c: Conversation) -> None:
+        if c.rows:
+            self.finish_sample(c.rows)
+        else:  # its first prompt was overlong: no row, and not done (a rerun skips it again)
+            self._progress.add(1, 0)
 
     @staticmethod
     def row_id(sample_id: str, turn: int) -> str:

@@ -3,6 +3,9 @@ commit manifest written last (contract section 3).
 
     <run-root>/regen/shard-00042/part-00000.parquet ...
     <run-root>/regen/shard-00042.commit.json      the shard exists only once this exists
+
+A part holds whole samples (every turn of each), in the order the runner finished them; the
+sample ids in the written parts are what a resumed shard skips.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The vLLM engine (production): offline `LLM`, tensor parallel, prefix caching, big batches.
+"""The vLLM engine (production): offline `LLM`, tensor parallel, prefix caching, streamed.
+
+Requests go straight to the `LLM`'s own engine (`LLM.llm_engine.add_request`, under the runner's
+request ids) and `LLM.llm_engine.step()` returns them as they finish: vLLM's slots refill from the
+whole shard instead of waiting for the slowest answer of a batch (what `LLM.generate` does).
 
 vLLM is imported only inside `VllmEngine` (GPU images have it; the dev environment does not).
 Building its arguments and parsing its outputs are pure functions, tested without a GPU.
@@ -14,7 +18,6 @@ from dflash_trainer.data.regenerate.engine import (
     KNOWN_REASONS,
     Generation,
     SamplingSpec,
-    request_seed,
 )
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
@@ -84,8 +87,9 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
     return kwargs
 
 
-def build_sampling_kwargs(sampling: SamplingSpec, eot_id: int, request_id: str) -> dict[str, Any]:
-    """Keyword arguments of one request's `vllm.SamplingParams(...)`."""
+def build_sampling_kwargs(sampling: SamplingSpec, eot_id: int) -> dict[str, Any]:
+    """Keyword arguments of the shard's one `vllm.SamplingParams(...)`. No per-request seed: a
+    seeded request takes vLLM's slow sampling path; the engine is seeded once per shard."""
     kwargs: dict[str, Any] = {
         "n": 1,
         "temperature": sampling.temperature,
@@ -94,8 +98,6 @@ def build_sampling_kwargs(sampling: SamplingSpec, eot_id: int, request_id: str) 
         "max_tokens": sampling.max_tokens,
         "repetition_penalty": sampling.repetition_penalty,
         "presence_penalty": sampling.presence_penalty,
-        # A per-request seed: the answer does not depend on what else is in the batch.
-        "seed": request_seed(sampling.seed, request_id),
         "stop_token_ids": [eot_id],
         # `<think>`/`</think>` are not special tokens in Qwen3, so the reasoning stays in the text.
         "skip_special_tokens": True,
@@ -127,28 +129,48 @@ def parse_request_output(output: Any) -> Generation:
     )
 
 
+def build_engine_input(prompt: list[int]) -> dict[str, Any]:
+    """A token prompt in vLLM's engine-input form (`vllm.inputs.engine.tokens_input`): already
+    tokenized, so the engine does not render it again (the runner checked its length)."""
+    return {"type": "token", "prompt_token_ids": prompt}
+
+
 class VllmEngine:
     name = "vllm"
 
-    def __init__(self, settings: VllmSettings, sampling: SamplingSpec, eot_id: int) -> None:
+    def __init__(
+        self, settings: VllmSettings, sampling: SamplingSpec, eot_id: int, seed: int
+    ) -> None:
         try:
             from vllm import LLM, SamplingParams
+            from vllm.sampling_params import RequestOutputKind
         except ImportError:
             raise RuntimeError(
                 "the vllm engine needs the vllm package (use the regen image), or pass "
                 "--engine transformers"
             ) from None
-        self._sampling_params = SamplingParams
-        self.llm = LLM(**build_llm_kwargs(settings, sampling.seed))
-        self.sampling = sampling
-        self.eot_id = eot_id
+        self.llm = LLM(**build_llm_kwargs(settings, seed))
+        # One params object for every request (the engine clones it per request), asking for the
+        # final output only, as `LLM.generate` does.
+        self.params = SamplingParams(**build_sampling_kwargs(sampling, eot_id))
+        self.params.output_kind = RequestOutputKind.FINAL_ONLY
+        self._unfinished: set[str] = set()
 
-    def generate(self, prompts: list[list[int]], request_ids: list[str]) -> list[Generation]:
-        params = [
-            self._sampling_params(**build_sampling_kwargs(self.sampling, self.eot_id, rid))
-            for rid in request_ids
-        ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False
-        )
-        return [parse_request_output(o) for o in outputs]
+    def add(self, request_id: str, prompt: list[int]) -> None:
+        self.llm.llm_engine.add_request(request_id, build_engine_input(prompt), self.params)
+        self._unfinished.add(request_id)
+
+    def step(self) -> list[tuple[str, Generation]]:
+        if not self._unfinished:
+            return []
+        finished = []
+        for output in self.llm.llm_engine.step():
+            if output.finished:  # RequestOutput.request_id is the id given to add_request
+                self._unfinished.discard(output.request_id)
+                finished.append((output.request_id, parse_request_output(output)))
+        return finished
+
+    def close(self) -> None:
+        if self._unfinished:  # a failed shard: leave nothing running in the engine
+            self.llm.llm_engine.abort_request(sorted(self._unfinished))
+            self._unfinished.clear()
