@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,24 @@ class Template:
 
 
 # --- parsing -----------------------------------------------------------------------------
+def _unquoted(text: str, start: int) -> Iterator[tuple[int, str]]:
+    """(index, char) of `text` from `start`, skipping quoted literals ('...' or "...", with
+    backslash escapes): brackets and braces inside them do not count."""
+    index, quote = start, None
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        else:
+            yield index, char
+        index += 1
+
+
 def _actions(source: str) -> list[tuple[str, str]]:
     """('text', ...) and ('action', ...) pieces; braces inside quoted literals do not count."""
     pieces: list[tuple[str, str]] = []
@@ -110,23 +129,11 @@ def _actions(source: str) -> list[tuple[str, str]]:
             break
         if start > position:
             pieces.append(("text", source[position:start]))
-        index, quote = start + 1, None
-        while index < len(source):
-            char = source[index]
-            if quote:
-                if char == "\\":
-                    index += 1
-                elif char == quote:
-                    quote = None
-            elif char in "\"'":
-                quote = char
-            elif char == "}":
-                break
-            index += 1
-        else:
+        end = next((i for i, char in _unquoted(source, start + 1) if char == "}"), None)
+        if end is None:
             raise JsonPathError(f"unclosed action: no '}}' after position {start}")
-        pieces.append(("action", source[start + 1 : index].strip()))
-        position = index + 1
+        pieces.append(("action", source[start + 1 : end].strip()))
+        position = end + 1
     return pieces
 
 
@@ -147,23 +154,14 @@ def _literal(text: str) -> Any:
 
 
 def _closing_bracket(text: str, start: int) -> int:
-    depth, quote, index = 0, None, start
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "[":
+    depth = 0
+    for index, char in _unquoted(text, start):
+        if char == "[":
             depth += 1
         elif char == "]":
             depth -= 1
             if depth == 0:
                 return index
-        index += 1
     raise JsonPathError(f"unclosed '[' in {text!r}")
 
 

@@ -277,3 +277,19 @@ def harness(
     world.stop_operators()
     for process in world.operators:
         print(f"--- {process.log_path.name}\n{process.log_tail(60)}")
+
+
+PYTORCHJOB_CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
+
+
+def serve_pytorchjobs(cluster: ClusterHandle, served: bool) -> None:
+    """Take the PyTorchJob API away (served: false) or give it back, as an uninstalled or
+    reinstalled training-operator would, and wait until the API server agrees."""
+    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
+    cluster.kubectl("patch", PYTORCHJOB_CRD, "--type=json", "-p", json.dumps(patch))
+
+    def settled() -> bool:
+        listed = cluster.kubectl("get", "pytorchjobs", "-A", check=False)
+        return (listed.returncode == 0) == served
+
+    wait_for(f"the PyTorchJob API to be {'served' if served else 'gone'}", settled)

@@ -7,7 +7,6 @@ The API is taken away as in test_training_operator_missing.py: the CRD's only ve
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.request
 from typing import Any
@@ -18,18 +17,7 @@ from dflash_dev.kube_wait import wait_for
 from dflash_operator.readiness import ReadinessServer, check_crd
 from dflash_operator.runtime.kube import Kube, load_api_client
 
-CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
-
-
-def serve_pytorchjobs(cluster: Any, served: bool) -> None:
-    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
-    cluster.kubectl("patch", CRD, "--type=json", "-p", json.dumps(patch))
-
-    def settled() -> bool:
-        listed = cluster.kubectl("get", "pytorchjobs", "-A", check=False)
-        return (listed.returncode == 0) == served
-
-    wait_for(f"the PyTorchJob API to be {'served' if served else 'gone'}", settled)
+from .conftest import serve_pytorchjobs
 
 
 def test_503_with_the_reason_without_the_pytorchjob_api_and_ready_once_it_is_served(

@@ -8,7 +8,6 @@ is lost and the cluster's other tests keep their PyTorchJobs."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -16,28 +15,18 @@ from typing import Any
 import pytest
 from dflash_dev.kube_wait import wait_for
 
-CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
+from .conftest import serve_pytorchjobs
+
 EARLIER = ("regen", "audit-completions", "tokenize", "audit-tokens")
-
-
-def _serve(cluster: Any, served: bool) -> None:
-    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
-    cluster.kubectl("patch", CRD, "--type=json", "-p", json.dumps(patch))
-
-    def settled() -> bool:
-        listed = cluster.kubectl("get", "pytorchjobs", "-A", check=False)
-        return (listed.returncode == 0) == served
-
-    wait_for(f"the PyTorchJob API to be {'served' if served else 'gone'}", settled)
 
 
 @pytest.fixture
 def no_pytorchjob_api(cluster: Any) -> Iterator[None]:
-    _serve(cluster, False)
+    serve_pytorchjobs(cluster, False)
     try:
         yield
     finally:
-        _serve(cluster, True)
+        serve_pytorchjobs(cluster, True)
 
 
 def _creates(text: str) -> float:
@@ -71,7 +60,7 @@ def test_training_waits_with_one_condition_and_starts_when_the_crd_appears(
     warnings = [(r, m) for t, r, m in harness.events("r1") if t == "Warning"]
     assert [r for r, _ in warnings] == ["TrainingOperatorMissing"], warnings
 
-    _serve(cluster, True)
+    serve_pytorchjobs(cluster, True)
     wait_for("r1-train", lambda: "r1-train" in harness.names("pytorchjobs"), 60)
     wait_for(
         "Trained to say StageRunning",
