@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from dflash_dev import binaries, operator_local
+from dflash_dev.kube_wait import wait_for
 
 # chart.py, loaded by path by conftest.py (tests are imported in importlib mode).
 chart = sys.modules["dflash_chart_test_helpers"]
@@ -183,9 +184,15 @@ def test_an_existing_service_account_named_by_the_values_gets_the_rights_and_non
     unlabelled = json.dumps(
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r1-config"}}
     )
-    result = as_operator(release, "create", "--dry-run=server", "-f", "-", input=unlabelled)
-    assert result.returncode != 0
-    assert "labelled app.kubernetes.io/managed-by=dflash-operator" in result.stderr
+
+    def refused() -> bool:
+        result = as_operator(release, "create", "--dry-run=server", "-f", "-", input=unlabelled)
+        words = "labelled app.kubernetes.io/managed-by=dflash-operator"
+        return result.returncode != 0 and words in result.stderr
+
+    # The API server loads a new policy asynchronously (one CI run created the ConfigMap
+    # before it acted): wait until it refuses.
+    wait_for("the policy to refuse the named account's unlabelled ConfigMap", refused)
 
 
 def test_single_namespace_mode_gives_rights_in_the_watched_namespaces_only(
