@@ -79,7 +79,7 @@ class StepReport:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
-class Skip(Exception):
+class SkipStepError(Exception):
     """A step that cannot run here; the message says why."""
 
 
@@ -102,7 +102,7 @@ class Smoke:
         try:
             report.figures = fn() or {}
             report.status = "OK"
-        except Skip as exc:
+        except SkipStepError as exc:
             report.status, report.detail = "SKIPPED", str(exc)
         except Exception as exc:  # every failure is reported and the next step still runs
             report.status = "FAILED"
@@ -116,7 +116,7 @@ class Smoke:
 
     def need(self, key: str, step: str) -> Any:
         if key not in self.state:
-            raise Skip(f"needs the {step} step, which did not succeed")
+            raise SkipStepError(f"needs the {step} step, which did not succeed")
         return self.state[key]
 
     def cli(self, module: str, *args: str, log: str) -> None:
@@ -214,7 +214,7 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
 
 def skip_without_fla(smoke: Smoke) -> None:
     if smoke.sizes.device == "cuda" and importlib.util.find_spec("fla") is None:
-        raise Skip(
+        raise SkipStepError(
             "fla (flash-linear-attention) is not importable: the Gated DeltaNet target is "
             "only smoke-tested with it (pip install flash-linear-attention)"
         )
@@ -259,11 +259,23 @@ def build_train_config(smoke: Smoke) -> Any:
     })  # fmt: skip
 
 
-def plan_bytes(cfg: Any, device: str) -> int:
-    """The memory plan's peak of live tensors for the same shapes (no CUDA workspace)."""
+def longest_row(tokenized: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return max(
+        max(pq.read_table(shard, columns=["seq_len"]).column("seq_len").to_pylist() or [0])
+        for shard in sorted(tokenized.glob("*.parquet"))
+    )
+
+
+def plan_bytes(cfg: Any, device: str, longest: int) -> int:
+    """The memory plan's peak of live tensors for the same shapes (no CUDA workspace). The plan
+    pads every row to max_seq_len; the batches here are no longer than the longest row."""
     from dflash_operator.memplan.estimate import estimate_rank_memory
     from dflash_trainer.plan.inputs import build_plan_inputs, resolve_target_shape
 
+    seq = min(cfg.data.max_seq_len, longest)
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_seq_len": seq})})
     inputs = build_plan_inputs(cfg, resolve_target_shape(cfg, None), 1, device)
     return estimate_rank_memory(inputs.target, inputs.drafter, inputs.setup).tensor_bytes
 
@@ -311,7 +323,7 @@ def train(smoke: Smoke) -> dict[str, Any]:
     mb = build_micro_batch(trainer.rows, np.arange(s.batch), 0, trainer.settings, device)
     module = getattr(trainer.model, "module", trainer.model)
     target_flops, drafter_flops = count_step_flops(trainer.target, trainer.drafter_cfg, module, mb)
-    planned = plan_bytes(cfg, device.type)
+    planned = plan_bytes(cfg, device.type, longest_row(smoke.state["tokenized"]))
     mfu = (target_flops + drafter_flops) / step_s / (peak_tflops(device, None) * 1e12)
     return {
         "steps": s.steps,
@@ -352,9 +364,11 @@ def evaluate(smoke: Smoke, engine: str) -> dict[str, Any]:
     s = smoke.sizes
     if engine == "vllm":
         if s.device != "cuda":
-            raise Skip("vLLM method: dflash needs a GPU (the dry run measures the builtin engine)")
+            raise SkipStepError(
+                "vLLM method: dflash needs a GPU (the dry run measures the builtin engine)"
+            )
         if importlib.util.find_spec("vllm") is None:
-            raise Skip(f"vLLM is not installed (uv pip install vllm=={vllm_version()})")
+            raise SkipStepError(f"vLLM is not installed (uv pip install vllm=={vllm_version()})")
     final = smoke.need("final", "export")
     target = smoke.state["target-qwen3"]
     out = smoke.out / f"acceptance-{engine}.json"
@@ -433,7 +447,9 @@ def format_table(smoke: Smoke, figures: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", help="output folder (default: $OUT, else ./gpu-smoke-out)")
+    parser.add_argument(
+        "out", nargs="?", help="output folder (default: $OUT, else ./gpu-smoke-out)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="CPU, transformers engine, float32")
     args = parser.parse_args(argv)
     out = Path(args.out or os.environ.get("OUT") or "gpu-smoke-out").resolve()
