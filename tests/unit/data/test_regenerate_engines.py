@@ -11,7 +11,11 @@ from dflash_trainer.data.regenerate.engine import (
     shard_seed,
     split_generation,
 )
-from dflash_trainer.data.regenerate.hf_engine import is_streamable, split_answer
+from dflash_trainer.data.regenerate.hf_engine import (
+    has_paged_layers_only,
+    is_streamable,
+    split_answer,
+)
 from dflash_trainer.data.regenerate.shard_store import base_id, shard_of
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
@@ -138,6 +142,24 @@ def test_transformers_streams_only_where_continuous_batching_keeps_the_sampling(
     sampling: SamplingSpec, version: str, psutil: bool, cpu: bool, expected: bool
 ) -> None:
     assert is_streamable(sampling, version, psutil, cpu) is expected
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "expected"),
+    [
+        (None, True),
+        (["full_attention", "sliding_attention"], True),
+        (["linear_attention", "linear_attention", "linear_attention", "full_attention"], False),
+    ],
+)
+def test_gated_deltanet_targets_use_static_batches_not_continuous_batching(
+    layer_types: list[str] | None, expected: bool
+) -> None:
+    @dataclass
+    class Config:
+        layer_types: list[str] | None
+
+    assert has_paged_layers_only(Config(layer_types)) is expected
 
 
 def test_generated_tokens_end_at_the_first_end_of_turn_or_are_cut() -> None:

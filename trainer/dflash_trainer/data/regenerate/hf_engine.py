@@ -31,6 +31,9 @@ CPU_PAGE_SIZE = 64
 # Tokens per forward pass (a longer prefill is split): each step's tensors are sized to it, so on
 # CPU a small value is faster (measured on the tiny target: 1024 ran 1.8x slower than 256).
 CPU_MAX_BATCH_TOKENS = 256
+# transformers' continuous batching pages the caches of attention layers only: it refuses a model
+# with Gated DeltaNet (`linear_attention`) layers, so hybrid targets (qwen3_5) use static batches.
+PAGED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 # How long `step` waits for a finished request before it checks the batching thread is alive.
 RESULT_WAIT_SECONDS = 1.0
 
@@ -43,6 +46,11 @@ def is_streamable(sampling: SamplingSpec, version: str, has_psutil: bool, on_cpu
         return False
     major, minor = (int(part) for part in version.split(".")[:2])
     return not on_cpu or has_psutil or (major, minor) >= CPU_STREAMING_WITHOUT_PSUTIL
+
+
+def has_paged_layers_only(config: Any) -> bool:
+    """Whether continuous batching can page every layer's cache (no linear-attention layers)."""
+    return set(getattr(config, "layer_types", None) or ()) <= PAGED_LAYER_TYPES
 
 
 def split_answer(tokens: list[int], eot_id: int) -> tuple[list[int], str]:
@@ -89,7 +97,9 @@ class TransformersEngine:
         self.on_cpu = self.model.device.type == "cpu"
         has_psutil = importlib.util.find_spec("psutil") is not None
         if streaming is None:
-            streaming = is_streamable(sampling, transformers.__version__, has_psutil, self.on_cpu)
+            streaming = is_streamable(
+                sampling, transformers.__version__, has_psutil, self.on_cpu
+            ) and has_paged_layers_only(self.model.config)
         self.streaming = streaming
         self._queue: deque[tuple[str, list[int]]] = deque()  # static batches only
         self._unfinished: set[str] = set()
