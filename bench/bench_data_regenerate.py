@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import torch
-from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.regenerate.cli import main as regenerate_main
 from dflash_trainer.data.regenerate.engine import SamplingSpec, generate_all
 from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
 from dflash_trainer.data.target import context_length
 from dflash_trainer.storage import read_json
 from dflash_trainer.tiny.build import build_tiny_target
-from dflash_trainer.tiny.prompts import build_prompt_records
+from dflash_trainer.tiny.prompts import build_prompt_records, tokenized_prompts
 
 
 def measure(engine: TransformersEngine, prompts: list[list[int]]) -> tuple[float, int]:
@@ -46,10 +45,8 @@ def main() -> None:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(target.path)
-        template = ChatTemplate.from_tokenizer(tokenizer)
-        records = build_prompt_records(args.prompts, seed=3)
-        texts = [template.render(r["messages"], True) for r in records]
-        prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        prompts = tokenized_prompts(tokenizer, args.prompts, seed=3)
+        records = build_prompt_records(args.prompts, seed=3)  # the same prompts, as a source
         sampling = SamplingSpec(temperature=0.0, max_tokens=args.max_tokens)
         context = context_length(str(target.path)) or 4096
         batched = TransformersEngine(

@@ -26,12 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.regenerate.engine import SamplingSpec, generate_all
 from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
 from dflash_trainer.data.target import context_length
 from dflash_trainer.tiny.build import build_tiny_target
-from dflash_trainer.tiny.prompts import build_prompt_records
+from dflash_trainer.tiny.prompts import tokenized_prompts
 
 # The slot model: a 14K-prompt shard, the runner's 2,000-prompt chunks.
 SHARD_PROMPTS = 14_000
@@ -114,10 +113,7 @@ def run_cpu(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         target = build_tiny_target(Path(tmp) / "tiny")
         tokenizer = AutoTokenizer.from_pretrained(target.path)
-        template = ChatTemplate.from_tokenizer(tokenizer)
-        records = build_prompt_records(args.prompts, seed=3)
-        texts = [template.render(r["messages"], True) for r in records]
-        prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        prompts = tokenized_prompts(tokenizer, args.prompts, seed=3)
         # Temperature 1, no top-k/top-p: the random target then ends answers at varied lengths.
         sampling = SamplingSpec(temperature=1.0, top_p=1.0, top_k=0, max_tokens=args.max_tokens)
         context = context_length(str(target.path)) or 4096

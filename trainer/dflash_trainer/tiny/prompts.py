@@ -46,3 +46,13 @@ def build_conversations(count: int, seed: int = 0) -> list[list[dict[str, Any]]]
 def build_prompt_records(count: int, seed: int = 0) -> list[dict[str, Any]]:
     """OpenAI-messages JSONL records (`{"messages": [...]}`) for a demo prompt file."""
     return [{"messages": [{"role": "user", "content": p}]} for p in build_prompts(count, seed)]
+
+
+def tokenized_prompts(tokenizer: Any, count: int, seed: int = 0) -> list[list[int]]:
+    """`count` prompt records rendered with the tokenizer's chat template (generation prompt
+    on) and tokenized: what the regeneration stage hands its engine."""
+    from dflash_trainer.data.chat_template import ChatTemplate
+
+    template = ChatTemplate.from_tokenizer(tokenizer)
+    texts = [template.render(r["messages"], True) for r in build_prompt_records(count, seed)]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
