@@ -60,6 +60,7 @@ RESOURCE_KEYS = (
     "training",
     "evaluation",
     "cleanup",
+    "model",
 )
 
 
@@ -176,6 +177,8 @@ class StageDefaults(PoolModel):
     evaluation: str | None = None
     # Unset: the audit pool (cleanup only talks to S3).
     cleanup: str | None = None
+    # The model stage (copies a Hub target into the run root). Unset: the tokenization pool.
+    model: str | None = None
 
 
 class PoolsConfig(PoolModel):

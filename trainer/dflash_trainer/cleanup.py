@@ -4,7 +4,8 @@
         [--dry-run] [--termination-log PATH]
 
 `Delete` removes the whole run root (the operator runs it when the DFlashRun is deleted).
-`DeleteIntermediate` (run after success) removes `regen/`, `tokenized/` and every checkpoint
+`DeleteIntermediate` (run after success) removes `regen/`, `tokenized/`, `model/` (the run's copy
+of a Hub target) and every checkpoint
 but the newest committed one, and keeps `final/` (the drafter), `audit/` and `eval/` (the
 reports). Idempotent: a second run finds nothing and succeeds. The folder layout is
 docs/data-contracts.md section 1; the stage result is section 5. No torch import.
@@ -44,7 +45,8 @@ DELETE = "Delete"
 DELETE_INTERMEDIATE = "DeleteIntermediate"
 POLICIES = (DELETE, DELETE_INTERMEDIATE)
 # Folders of the run root that only feed training (data contract section 1).
-INTERMEDIATE_FOLDERS = ("regen", "tokenized")
+# model/: the run's copy of a target named by its Hub id (the model stage), fetched again on demand.
+INTERMEDIATE_FOLDERS = ("regen", "tokenized", "model")
 CHECKPOINTS_FOLDER = "checkpoints"
 # The same layout as dflash_trainer.train.checkpoint (not imported: it needs torch).
 COMMIT_FILE = "COMMITTED.json"
@@ -220,7 +222,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--policy",
         default=DELETE,
         choices=POLICIES,
-        help="Delete: the whole run root; DeleteIntermediate: regen/, tokenized/ and all "
+        help="Delete: the whole run root; DeleteIntermediate: regen/, tokenized/, model/ and all "
         "checkpoints but the newest committed one (default: Delete)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list, delete nothing")

@@ -44,6 +44,8 @@ class Phase(StrEnum):
     """Where a run is in its life (`status.phase`). See `docs/crd-reference.md`."""
 
     PENDING = "Pending"
+    # A target named by its Hub id is copied once into the run's S3 root (model/).
+    FETCHING_MODEL = "FetchingModel"
     # A fixed sample of every source is regenerated and audited before the fan-out.
     CANARY = "Canary"
     AUDITING_CANARY = "AuditingCanary"
@@ -68,6 +70,10 @@ _TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 PHASE_MEANINGS: dict[Phase, str] = {
     Phase.PENDING: "Accepted; no child created yet.",
+    Phase.FETCHING_MODEL: (
+        "A target named by its Hugging Face id is downloaded once, verified (sha256) and "
+        "copied to <run root>/model/; every later stage loads it from there."
+    ),
     Phase.CANARY: (
         "The canary regenerates a fixed sample of every source (regeneration.canary) before "
         "the shards fan out."
@@ -92,6 +98,7 @@ PHASE_MEANINGS: dict[Phase, str] = {
 class Stage(StrEnum):
     """A child of a run; the value is the middle part of the child's name (`naming.py`)."""
 
+    MODEL = "model"
     CANARY = "canary"
     AUDIT_CANARY = "audit-canary"
     REGEN = "regen"
@@ -131,6 +138,7 @@ class Verdict(StrEnum):
 class ConditionType(StrEnum):
     """`status.conditions[].type`: one per pipeline stage plus the run-level summaries."""
 
+    MODEL_FETCHED = "ModelFetched"
     CANARY_REGENERATED = "CanaryRegenerated"
     CANARY_AUDITED = "CanaryAudited"
     REGENERATED = "Regenerated"
@@ -149,6 +157,10 @@ class ConditionType(StrEnum):
 
 
 CONDITION_MEANINGS: dict[ConditionType, str] = {
+    ConditionType.MODEL_FETCHED: (
+        "Only for a target named by its Hugging Face id: its files are verified and copied to "
+        "<run root>/model/ at a pinned commit."
+    ),
     ConditionType.CANARY_REGENERATED: "The canary's answers are committed in S3.",
     ConditionType.CANARY_AUDITED: "The completions gate ran on the canary (see DataAuditPassed).",
     ConditionType.REGENERATED: "Every shard's completions are committed in S3.",
@@ -323,7 +335,8 @@ _REASON_TEMPLATES: dict[Reason, str] = {
 CLEANUP_SCOPES: dict[str, str] = {
     "Delete": "the whole run root",
     "DeleteIntermediate": (
-        "the intermediate artifacts (regen/, tokenized/ and every checkpoint but the newest)"
+        "the intermediate artifacts (regen/, tokenized/, the copy of a Hub target in model/ and "
+        "every checkpoint but the newest)"
     ),
 }
 
@@ -335,6 +348,7 @@ CONDITION_MESSAGE_MAX_LENGTH = 32768
 
 # The condition a stage sets when it finishes, and the phase in which it runs.
 STAGE_CONDITIONS: dict[Stage, ConditionType] = {
+    Stage.MODEL: ConditionType.MODEL_FETCHED,
     Stage.CANARY: ConditionType.CANARY_REGENERATED,
     Stage.AUDIT_CANARY: ConditionType.CANARY_AUDITED,
     Stage.REGEN: ConditionType.REGENERATED,
@@ -345,6 +359,7 @@ STAGE_CONDITIONS: dict[Stage, ConditionType] = {
     Stage.EVAL: ConditionType.EVALUATED,
 }
 STAGE_PHASES: dict[Stage, Phase] = {
+    Stage.MODEL: Phase.FETCHING_MODEL,
     Stage.CANARY: Phase.CANARY,
     Stage.AUDIT_CANARY: Phase.AUDITING_CANARY,
     Stage.REGEN: Phase.REGENERATING,

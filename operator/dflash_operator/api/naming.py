@@ -48,6 +48,7 @@ _JOB_POD = f"-{_RANDOM}"
 _PYTORCHJOB_REPLICA = f"-worker-{'9' * _digits(MAX_TRAINING_NODES - 1)}"
 
 CHILD_SHAPES: dict[Stage, ChildShape] = {
+    Stage.MODEL: ChildShape("Job", True, _JOB_POD),
     Stage.CANARY: ChildShape("Job", True, _JOB_POD),
     Stage.AUDIT_CANARY: ChildShape("Job", True, _JOB_POD),
     Stage.REGEN: ChildShape("Job", True, _INDEXED_JOB_POD),

@@ -164,6 +164,14 @@ def format_count(value: int) -> str:
     return str(value)
 
 
+def format_bytes(value: int) -> str:
+    """53_800_000_000 -> '53.8 GB' (decimal units, as the Hub and S3 consoles show sizes)."""
+    for size, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
 def format_progress(stage: str, done: int, total: int | None, *, exact: bool = False) -> str:
     """The Progress column: 'regen 412k/902k' (counts) or 'train 12000/40000' (exact=True)."""
     show = str if exact else format_count

@@ -115,6 +115,23 @@ class RegenerationProgress(StatusModel):
     output_tokens: int | None = Field(default=None, ge=0, description="Tokens generated.")
 
 
+class ModelCopyResult(StatusModel):
+    """The run's copy of a Hub target (the model stage's result)."""
+
+    uri: str | None = Field(default=None, description="Where every stage loads the target from.")
+    revision: str | None = Field(
+        default=None, description="The commit the copy was taken at (target.revision resolved)."
+    )
+    files: int | None = Field(default=None, ge=0, description="Files copied and verified.")
+    bytes: int | None = Field(default=None, ge=0, description="Their total size.")
+    fetched_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes downloaded from the Hub by the attempt that finished (0 when every "
+        "file was already copied by an earlier attempt).",
+    )
+
+
 class TokenizationResult(StatusModel):
     """What tokenization produced (its stage result)."""
 
@@ -146,6 +163,9 @@ class EvaluationResult(StatusModel):
 class StageProgress(StatusModel):
     """Per-stage progress and results."""
 
+    model: ModelCopyResult | None = Field(
+        default=None, description="The run's copy of a target named by its Hub id."
+    )
     canary: RegenerationProgress | None = Field(
         default=None,
         description="The canary: a fixed sample of every source regenerated before the fan-out.",

@@ -23,6 +23,8 @@ CHAT_TEMPLATE_FILE = f"{CONFIG_DIR}/chat_template.jinja"
 TERMINATION_LOG = "/dev/termination-log"
 # The canary's folder under the run root (dflash_trainer.data.regenerate.canary).
 CANARY_FOLDER = "canary"
+# The run's copy of a target named by its Hub id (dflash_trainer.model.fetch), under the run root.
+MODEL_FOLDER = "model"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"
 
@@ -43,9 +45,35 @@ def _thinking(enabled: bool) -> str:
     return "--enable-thinking" if enabled else "--no-enable-thinking"
 
 
-def _model_args(spec: DFlashRunSpec) -> list[str]:
-    args = ["--model", escape(to_local(spec.target.model))]
-    if spec.target.revision:
+def is_hub_model(uri: str) -> bool:
+    """A Hugging Face id (not s3://, pvc:// or a path): the model stage copies it first."""
+    return not uri.startswith(("s3://", "pvc://", "/"))
+
+
+def model_uri(spec: DFlashRunSpec, run_root: str) -> str:
+    """Where the stages load the target from: the run's copy of a Hub model (at the commit the
+    model stage pinned), else the spec's own S3 or PVC folder."""
+    if is_hub_model(spec.target.model):
+        return f"{run_root.rstrip('/')}/{MODEL_FOLDER}"
+    return to_local(spec.target.model)
+
+
+def build_model_fetch_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """`python -m dflash_trainer.model.fetch`: the Hub target, once, verified, into the run root."""
+    target = spec.target
+    return [
+        PYTHON, "-m", "dflash_trainer.model.fetch",
+        "--model", escape(target.model),
+        *(["--revision", escape(target.revision)] if target.revision else []),
+        "--dest", escape(model_uri(spec, run_root)),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
+def _model_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """The target for a stage: the run's copy of a Hub model carries its own pinned revision."""
+    args = ["--model", escape(model_uri(spec, run_root))]
+    if spec.target.revision and not is_hub_model(spec.target.model):
         args += ["--revision", escape(spec.target.revision)]
     if spec.target.chat_template:
         args += ["--chat-template", CHAT_TEMPLATE_FILE]
@@ -102,7 +130,7 @@ def _regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
         REGEN_PYTHON, "-m", "dflash_trainer.data.regenerate",
         "--run-root", escape(run_root),
         "--sources", SOURCES_FILE,
-        *_model_args(spec),
+        *_model_args(spec, run_root),
         "--dtype", spec.target.dtype.value,
         _thinking(spec.target.thinking),
         "--engine", regen.engine.value,
@@ -138,7 +166,7 @@ def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str
         "--gate", gate.trainer_gate,
         "--run-root", escape(run_root),
         "--thresholds", THRESHOLDS_FILE,
-        *_model_args(spec),
+        *_model_args(spec, run_root),
         "--block-size", str(spec.drafter.block_size),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         *(_generation_limit(spec) if gate in (Gate.COMPLETIONS, Gate.CANARY) else []),
@@ -152,7 +180,7 @@ def build_tokenize_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     return [
         PYTHON, "-m", "dflash_trainer.data.tokenize",
         "--run-root", escape(run_root),
-        *_model_args(spec),
+        *_model_args(spec, run_root),
         _thinking(spec.target.thinking),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         "--truncated-answers", spec.tokenization.truncated_answers.value.lower(),

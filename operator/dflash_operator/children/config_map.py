@@ -15,7 +15,7 @@ from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_training import Strategy
-from dflash_operator.children.commands import CHAT_TEMPLATE_FILE, to_local
+from dflash_operator.children.commands import CHAT_TEMPLATE_FILE, is_hub_model, model_uri, to_local
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_metadata
 
 # The trainer patches status at most this often (data-contracts section 6).
@@ -49,14 +49,15 @@ def _layer_types(spec: DFlashRunSpec) -> list[str] | None:
     return ["sliding_attention"] * window.layers + ["full_attention"] * (layers - window.layers)
 
 
-def build_target_section(spec: DFlashRunSpec) -> dict[str, Any]:
-    """train.yaml / eval.yaml `target`: the model, its dtype and the Hub revision the data
-    stages used (`--revision`), so training and evaluation load the very same weights."""
+def build_target_section(spec: DFlashRunSpec, run_root: str) -> dict[str, Any]:
+    """train.yaml / eval.yaml `target`: the model, its dtype and the revision the data stages
+    used, so training and evaluation load the very same weights: the run's copy of a Hub target
+    (pinned by the model stage), else the spec's folder at its `revision`."""
     section: dict[str, Any] = {
-        "path": to_local(spec.target.model),
+        "path": model_uri(spec, run_root),
         "dtype": spec.target.dtype.value,
     }
-    if spec.target.revision:
+    if spec.target.revision and not is_hub_model(spec.target.model):
         section["revision"] = spec.target.revision
     return section
 
@@ -97,7 +98,7 @@ def build_train_file(
     return {
         "run_root": run_root,
         "seed": training.seed,
-        "target": build_target_section(spec),
+        "target": build_target_section(spec, run_root),
         "drafter": drafter,
         "data": {
             "max_seq_len": spec.tokenization.max_seq_len,
@@ -152,7 +153,7 @@ def build_eval_file(
         prompts["holdout_fraction"] = build_holdout_fraction(spec, samples)
     return {
         "run_root": run_root,
-        "target": build_target_section(spec),
+        "target": build_target_section(spec, run_root),
         "drafter_uri": f"{run_root}/final",
         "prompts": prompts,
         "max_new_tokens": max(evaluation.max_new_tokens, MIN_EVAL_NEW_TOKENS),

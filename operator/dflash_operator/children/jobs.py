@@ -77,6 +77,16 @@ def build_regen_job(ctx: PodContext, run_root: str, suspend: bool = False) -> di
     return _job(ctx, name, container, spec, suspend)
 
 
+def build_model_job(
+    ctx: PodContext, run_root: str, backoff_limit: int, suspend: bool = False
+) -> dict[str, Any]:
+    """One CPU pod copies the Hub target into the run root once (exit 2, e.g. a gated model
+    without a token, is final); a retry skips the files already verified and copied."""
+    name = child_name(ctx.run.name, Stage.MODEL, ctx.attempt or 1)
+    container = build_container(ctx, "model", commands.build_model_fetch_args(ctx.spec, run_root))
+    return _job(ctx, name, container, _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT]), suspend)
+
+
 def build_canary_job(
     ctx: PodContext, run_root: str, backoff_limit: int, suspend: bool = False
 ) -> dict[str, Any]:

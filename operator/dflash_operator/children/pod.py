@@ -26,7 +26,8 @@ SHM_DIR = "/dev/shm"  # noqa: S108 - a memory-backed emptyDir for NCCL, not a te
 # NCCL: fail fast instead of hanging on a dead peer, and say why at WARN level.
 NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
 # Caches of Hugging Face and friends go to the writable emptyDir.
-# A target on S3 or a PVC: nothing may reach for the Hub (a missing file fails fast).
+# Only the model stage talks to the Hub; every other stage loads the target from S3 or a PVC, so
+# nothing may reach for the Hub there (a missing file fails fast).
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CACHE_ENV = {
     "HOME": TMP_DIR,
@@ -102,7 +103,12 @@ def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
     """S3 settings as env; the credentials only as references to the run's Secret."""
     storage = ctx.spec.storage
     env: list[dict[str, Any]] = [
-        {"name": "DFLASH_S3_PATH_STYLE", "value": "true" if storage.path_style else "false"}
+        {"name": "DFLASH_S3_PATH_STYLE", "value": "true" if storage.path_style else "false"},
+        # The same for the Run:ai model streamer vLLM loads the target's weights with.
+        {
+            "name": "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING",
+            "value": "0" if storage.path_style else "1",
+        },
     ]
     if storage.endpoint:
         env.append({"name": "AWS_ENDPOINT_URL", "value": storage.endpoint})
@@ -123,22 +129,18 @@ def build_s3_env(ctx: PodContext) -> list[dict[str, Any]]:
 
 
 def build_hf_env(ctx: PodContext) -> list[dict[str, Any]]:
-    """The Hugging Face token, as a reference to its Secret, for the stages that load the target
-    or its tokenizer (not the S3 cleanup Jobs)."""
+    """The Hugging Face token, as a reference to its Secret, for the model stage alone: it is
+    the only pod that talks to the Hub (every other stage loads the run's copy)."""
     ref = ctx.spec.hf_token_secret_ref
-    if ref is None or ctx.stage in (Stage.CLEANUP, Stage.PRUNE):
+    if ref is None or ctx.stage != Stage.MODEL:
         return []
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
-
-
-def is_hub_model(uri: str) -> bool:
-    return not uri.startswith(("s3://", "pvc://", "/"))
 
 
 def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3 and the Hub."""
     plain = dict(CACHE_ENV)
-    if not is_hub_model(ctx.spec.target.model) and ctx.stage not in (Stage.CLEANUP, Stage.PRUNE):
+    if ctx.stage not in (Stage.MODEL, Stage.CLEANUP, Stage.PRUNE):
         plain.update(dict.fromkeys(OFFLINE_ENV, "1"))
     if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
         plain.update(NCCL_ENV)

@@ -22,8 +22,10 @@ from dflash_operator.api.spec import STAGE_SECTIONS, DFlashRunSpec
 from dflash_operator.plan.placement import Placement
 
 EPHEMERAL_STORAGE = "ephemeral-storage"
-# The pool key of the S3 cleanup and prune Jobs (they have no spec section).
+# The pool keys of the Jobs without a spec section: the S3 cleanup and prune Jobs, and the model
+# stage.
 CLEANUP_KEY = "cleanup"
+MODEL_KEY = "model"
 MODEL_STAGES = frozenset({Stage.CANARY, Stage.REGEN, Stage.TRAIN, Stage.EVAL})
 Layer = tuple[Mapping[str, Any], Mapping[str, Any]]  # (requests, limits)
 
@@ -63,6 +65,9 @@ MODEL_ON_CPU = Default(cpu=(2, 8), memory_gib=(8, 16), storage_gib=20)
 TOKENIZE = Default(cpu=(4, 8), memory_gib=(16, 32), storage_gib=50)
 AUDIT = Default(cpu=(2, 4), memory_gib=(8, 16), storage_gib=20)
 CLEANUP = Default(cpu=(0.1, 1), memory_gib=(1, 1), storage_gib=1)
+# The model stage holds one file at a time in /tmp (a 27B target's shards are ~4 GB, the
+# biggest single-file checkpoints ~30 GB) and hashes it while it uploads.
+MODEL_FETCH = Default(cpu=(2, 4), memory_gib=(4, 8), storage_gib=64)
 
 
 def default_layer(stage: Stage, gpus: int) -> Layer:
@@ -72,6 +77,8 @@ def default_layer(stage: Stage, gpus: int) -> Layer:
         return TOKENIZE.layer()
     if stage in (Stage.CLEANUP, Stage.PRUNE):
         return CLEANUP.layer()
+    if stage == Stage.MODEL:
+        return MODEL_FETCH.layer()
     return AUDIT.layer()
 
 
@@ -100,7 +107,7 @@ def _amount(value: str) -> Decimal:
 def stage_layers(spec: DFlashRunSpec, stage: Stage, placement: Placement) -> list[Layer]:
     """The layers of `stage`'s pods, lowest priority first."""
     layers = [default_layer(stage, placement.gpus)]
-    pool_key = STAGE_SECTIONS.get(stage, CLEANUP_KEY)
+    pool_key = STAGE_SECTIONS.get(stage, MODEL_KEY if stage == Stage.MODEL else CLEANUP_KEY)
     for key in ("default", pool_key):
         entry = placement.pool.resources.get(key)
         if entry is not None:

@@ -23,12 +23,13 @@ from dflash_operator.api.constants import (
     Stage,
     Verdict,
 )
-from dflash_operator.api.status import DFlashRunStatus, format_count
+from dflash_operator.api.status import DFlashRunStatus, format_bytes, format_count
 from dflash_operator.api.status_parts import AuditResult, CheckpointStatus
 from dflash_operator.cli.errors import CliError
 
 # The stages a run goes through, in order (cleanup and config are not pipeline stages).
 PIPELINE = (
+    Stage.MODEL,
     Stage.CANARY,
     Stage.AUDIT_CANARY,
     Stage.REGEN,
@@ -111,13 +112,17 @@ def parse_status(run: dict[str, Any]) -> DFlashRunStatus:
 
 
 def pipeline_of(status: DFlashRunStatus) -> tuple[Stage, ...]:
-    """The stages of this run: the canary's only where the status knows of them (a run made by
-    an operator without the canary has no canary conditions at all)."""
+    """The stages of this run: the canary's and the model copy only where the status knows of
+    them (a run made by an operator without the canary has no canary conditions at all; a target
+    on S3 or a PVC is not copied)."""
+    stages: tuple[Stage, ...] = PIPELINE
     known = any(status.condition(STAGE_CONDITIONS[s]) is not None for s in CANARY_STAGES)
-    in_canary = status.phase in (Phase.CANARY, Phase.AUDITING_CANARY)
-    if known or in_canary:
-        return PIPELINE
-    return tuple(s for s in PIPELINE if s not in CANARY_STAGES)
+    if not (known or status.phase in (Phase.CANARY, Phase.AUDITING_CANARY)):
+        stages = tuple(s for s in stages if s not in CANARY_STAGES)
+    copied = status.condition(STAGE_CONDITIONS[Stage.MODEL]) is not None
+    if not (copied or status.phase == Phase.FETCHING_MODEL):
+        stages = tuple(s for s in stages if s != Stage.MODEL)
+    return stages
 
 
 def _gate_result(status: DFlashRunStatus, stage: Stage) -> AuditResult | None:
@@ -173,6 +178,12 @@ def _ratio(done: int | None, total: int | None) -> float | None:
 def _measured(status: DFlashRunStatus, stage: Stage) -> tuple[float | None, str]:
     """(fraction done, details) from what the stage reported."""
     stages = status.stages
+    if stage == Stage.MODEL and stages is not None and stages.model is not None:
+        copy = stages.model
+        parts = [f"{copy.files or 0} files", format_bytes(copy.bytes or 0)]
+        if copy.revision:
+            parts.append(f"commit {copy.revision[:12]}")
+        return 1.0, " · ".join(parts)
     if stage == Stage.CANARY and stages is not None and stages.canary is not None:
         canary = stages.canary
         parts = [f"{format_count(canary.samples or 0)} samples"]

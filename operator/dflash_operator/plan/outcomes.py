@@ -18,7 +18,7 @@ from dflash_operator.api.constants import (
     Stage,
     Verdict,
 )
-from dflash_operator.api.status import format_count, format_progress
+from dflash_operator.api.status import format_bytes, format_count, format_progress
 from dflash_operator.api.status_parts import (
     Approval,
     AuditResult,
@@ -26,6 +26,7 @@ from dflash_operator.api.status_parts import (
     AuditViolation,
     StageProgress,
 )
+from dflash_operator.children.commands import model_uri
 from dflash_operator.plan import results, savings
 from dflash_operator.plan.draft import Draft
 from dflash_operator.plan.observed import ChildView, PodView, WorkloadView
@@ -98,6 +99,10 @@ def running_progress(
         _stages(draft).regeneration = summary
         words = f"{done}/{summary.shards_total} shards committed, {format_count(summary.samples or 0)} samples"
         return format_progress("regen", done, summary.shards_total, exact=True), words
+    if stage == Stage.MODEL:
+        target = ctx.spec.target
+        at = f"@{target.revision}" if target.revision else ""
+        return "model", f"copying {target.model}{at} into {model_uri(ctx.spec, ctx.run_root)}"
     if stage == Stage.CANARY:
         per_source = ctx.spec.regeneration.canary.samples_per_source
         return "canary", f"regenerating {per_source} samples of every source"
@@ -210,6 +215,14 @@ def record_success(
             f"{regen.shards_done}/{regen.shards_total} shards, {format_count(regen.samples or 0)} "
             f"samples, {format_count(regen.output_tokens or 0)} output tokens "
             f"({regen.shards_skipped or 0} shards already committed)"
+        )
+    elif stage == Stage.MODEL:
+        copy = results.summarize_model_copy(pods, model_uri(ctx.spec, ctx.run_root))
+        _stages(draft).model = copy
+        summary = (
+            f"{ctx.spec.target.model} at commit {copy.revision or '?'}: {copy.files or 0} files, "
+            f"{format_bytes(copy.bytes or 0)} verified in {copy.uri} "
+            f"({format_bytes(copy.fetched_bytes or 0)} downloaded by this attempt)"
         )
     elif stage == Stage.CANARY:
         canary = results.summarize_canary(pods)

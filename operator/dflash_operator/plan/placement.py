@@ -12,6 +12,7 @@ from dflash_operator.pools import NodePool, PoolsConfig
 
 # The spec field that names each stage's pool, and the pools-file default used when unset.
 _POOL_FIELDS: dict[Stage, str] = {
+    Stage.MODEL: "(operator default: defaults.model, else defaults.tokenization)",
     Stage.CANARY: "spec.regeneration.nodePool",
     Stage.AUDIT_CANARY: "spec.audit.nodePool",
     Stage.REGEN: "spec.regeneration.nodePool",
@@ -52,6 +53,8 @@ def requested_pool(spec: DFlashRunSpec, stage: Stage, pools: PoolsConfig) -> str
     """The pool the run names for `stage`, else the operator's default for it."""
     defaults = pools.defaults
     named: dict[Stage, str | None] = {
+        # A download: CPU nodes with egress to the Hub (or its mirror), never a GPU pool.
+        Stage.MODEL: defaults.model or defaults.tokenization,
         Stage.CANARY: spec.regeneration.node_pool or defaults.regeneration,
         Stage.AUDIT_CANARY: spec.audit.node_pool or defaults.audit,
         Stage.REGEN: spec.regeneration.node_pool or defaults.regeneration,

@@ -18,6 +18,7 @@ from dflash_operator.api.status_parts import (
     AuditResult,
     AuditViolation,
     EvaluationResult,
+    ModelCopyResult,
     RegenerationProgress,
     TokenizationResult,
 )
@@ -166,6 +167,18 @@ def build_audit_result(
         observed_generation=generation,
         attempt=attempt,
         time=now,
+    )
+
+
+def summarize_model_copy(pods: Iterable[PodView], uri: str) -> ModelCopyResult:
+    data, _term = latest_result(pods)
+    data = data or {}
+    return ModelCopyResult(
+        uri=uri,
+        revision=_str(data, "revision"),
+        files=_int(data, "files"),
+        bytes=_int(data, "bytes"),
+        fetched_bytes=_int(data, "fetchedBytes"),
     )
 
 

@@ -11,6 +11,7 @@ from dflash_operator.api.constants import GATE_STAGES, KUEUE_QUEUE_LABEL, Gate, 
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_storage import CleanupPolicy
 from dflash_operator.children import jobs
+from dflash_operator.children.commands import is_hub_model
 from dflash_operator.children.kinds import JOB, ChildKind
 from dflash_operator.children.launchers import LAUNCHERS
 from dflash_operator.children.meta import RunRef
@@ -60,7 +61,8 @@ class StageContext:
 
 def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
     """The stages of a run, in order: regeneration (with or without its canary) and
-    evaluation can be switched off."""
+    evaluation can be switched off; a target named by its Hub id is first copied into the run
+    root once (the model stage), so that no other pod downloads it."""
     stages = [Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE, Stage.AUDIT_TOKENS, Stage.TRAIN]
     if spec.regeneration.enabled:
         stages.insert(0, Stage.REGEN)
@@ -68,6 +70,8 @@ def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
             stages[0:0] = [Stage.CANARY, Stage.AUDIT_CANARY]
     if spec.evaluation.enabled:
         stages.append(Stage.EVAL)
+    if is_hub_model(spec.target.model):
+        stages.insert(0, Stage.MODEL)
     return tuple(stages)
 
 
@@ -139,6 +143,8 @@ def build_stage_child(
     limit = ctx.settings.stage_backoff_limit
     if stage == Stage.REGEN:
         return jobs.build_regen_job(pod, ctx.run_root, suspend)
+    if stage == Stage.MODEL:
+        return jobs.build_model_job(pod, ctx.run_root, limit, suspend)
     if stage == Stage.CANARY:
         retries = ctx.spec.regeneration.retries_per_shard
         return jobs.build_canary_job(pod, ctx.run_root, retries, suspend)

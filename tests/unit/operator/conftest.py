@@ -78,7 +78,7 @@ POOLS: dict[str, Any] = {
 def spec_dict(**overrides: Any) -> dict[str, Any]:
     """A small valid spec; `overrides` replace top-level sections."""
     spec: dict[str, Any] = {
-        "target": {"model": "Qwen/Qwen3-8B"},
+        "target": {"model": "s3://models/qwen3-8b"},
         "data": {
             "sources": [
                 {"name": "chat", "uri": "s3://data/chat.jsonl", "format": "openai-messages"}
@@ -279,7 +279,10 @@ class Sim:
     # --- how children end ------------------------------------------------------------------------
     def finish_data_stages(self) -> None:
         """End regeneration (4 shards), both gates (pass) and tokenization successfully, in
-        order: the run then stands at training."""
+        order (after the model stage, for a Hub target): the run then stands at training."""
+        if "r1-model" in self.created:
+            self.finish("r1-model", result={"revision": "a" * 40, "files": 5, "bytes": 100})
+            self.settle()
         for name, result in (
             ("r1-regen", {"samples": 10}),
             ("r1-audit-completions", {"verdict": "pass"}),

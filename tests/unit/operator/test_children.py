@@ -345,18 +345,56 @@ def test_the_config_hash_changes_with_the_thresholds_only_when_they_change(
 
 
 # --- identity, registries, the Hub ------------------------------------------------------------
-def test_the_hub_token_is_a_secret_reference_and_an_s3_target_loads_offline(
+def test_only_the_model_stage_talks_to_the_hub_and_gets_the_token(
     build: Callable[..., dict[str, Any]],
 ) -> None:
-    token = {"hfTokenSecretRef": {"name": "hf", "key": "token"}}
-    hub = env_of(build(Stage.REGEN, **token))
-    assert hub["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
-    assert "HF_HUB_OFFLINE" not in hub
+    token = {"hfTokenSecretRef": {"name": "hf", "key": "token"}, "target": {"model": "org/m"}}
+    model = env_of(build(Stage.MODEL, **token))
+    assert model["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert "HF_HUB_OFFLINE" not in model
+    for stage in (Stage.REGEN, Stage.TOKENIZE, Stage.AUDIT_TOKENS, Stage.TRAIN):
+        env = env_of(build(stage, **token))
+        assert "HF_TOKEN" not in env, stage  # they load the run's copy
+        assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1", stage
     offline = env_of(build(Stage.TRAIN, target={"model": "s3://models/qwen3-8b/"}))
     assert offline["HF_HUB_OFFLINE"] == offline["TRANSFORMERS_OFFLINE"] == "1"
     assert "HF_TOKEN" not in offline
     cleanup = env_of(build(Stage.CLEANUP, **token))
     assert "HF_TOKEN" not in cleanup  # S3 only
+
+
+def test_a_hub_target_is_copied_once_and_every_stage_loads_the_copy(
+    build: Callable[..., dict[str, Any]],
+) -> None:
+    hub = {"target": {"model": "Qwen/Qwen3-8B", "revision": "main"}}
+    job = build(Stage.MODEL, **hub)
+    args = pod_spec(job)["containers"][0]["args"]
+    assert args[:3] == ["python", "-m", "dflash_trainer.model.fetch"]
+    assert args[args.index("--model") + 1] == "Qwen/Qwen3-8B"
+    assert args[args.index("--revision") + 1] == "main"
+    copy = f"{ROOT}/model"
+    assert args[args.index("--dest") + 1] == copy
+    assert job["spec"]["completions"] == 1
+    # A CPU pod: the download never holds a GPU.
+    limits = pod_spec(job)["containers"][0]["resources"]["limits"]
+    assert not any("gpu" in key for key in limits)
+    for stage in (Stage.REGEN, Stage.AUDIT_COMPLETIONS, Stage.TOKENIZE):
+        stage_args = pod_spec(build(stage, **hub))["containers"][0]["args"]
+        assert stage_args[stage_args.index("--model") + 1] == copy, stage
+        assert "--revision" not in stage_args, stage  # the copy is pinned to one commit
+    mine = {"target": {"model": "s3://models/qwen3-8b", "revision": "v1"}}
+    stage_args = pod_spec(build(Stage.TOKENIZE, **mine))["containers"][0]["args"]
+    assert stage_args[stage_args.index("--model") + 1] == "s3://models/qwen3-8b"
+
+
+def test_the_pipeline_starts_with_the_model_copy_only_for_a_hub_target(
+    make_spec: Callable[..., dict[str, Any]],
+) -> None:
+    hub = build_pipeline(parse_spec(make_spec(target={"model": "Qwen/Qwen3-8B"})))
+    assert hub[0] == Stage.MODEL
+    assert hub.count(Stage.MODEL) == 1
+    for model in ("s3://models/qwen3-8b", "pvc://models/qwen3-8b"):
+        assert Stage.MODEL not in build_pipeline(parse_spec(make_spec(target={"model": model})))
 
 
 def test_image_pull_secrets_come_from_the_pool_and_the_spec(
@@ -443,6 +481,7 @@ def test_pool_env_and_offline_mode_never_duplicate_an_env_name(
         **raw["nodePools"]["rtx-pro-6000"],
         "env": {"HF_HUB_OFFLINE": "1", "HF_TOKEN": "from-the-pool"},
     }
+    raw["nodePools"]["cpu"] = {**raw["nodePools"]["cpu"], "env": {"HF_TOKEN": "from-the-pool"}}
     spec = parse_spec(
         make_spec(target={"model": "s3://models/qwen/"}, hfTokenSecretRef={"name": "hf"})
     )
@@ -451,5 +490,12 @@ def test_pool_env_and_offline_mode_never_duplicate_an_env_name(
     env = pod_spec(build_stage_child(ctx, Stage.TRAIN, 1, False))["containers"][0]["env"]
     names = [e["name"] for e in env]
     assert len(names) == len(set(names)), names
+    # The model stage (a Hub target) gets the Secret's token: the reference wins over a plain value.
+    hub = parse_spec(make_spec(target={"model": "org/m"}, hfTokenSecretRef={"name": "hf"}))
+    placements, _ = place_stages(hub, build_pipeline(hub), parse_pools(raw))
+    ctx = StageContext(RUN, hub, ROOT, placements, PlanSettings())
+    env = pod_spec(build_stage_child(ctx, Stage.MODEL, 1, False))["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names)), names
     token = next(e for e in env if e["name"] == "HF_TOKEN")
-    assert "valueFrom" in token  # the Secret reference wins over a plain value
+    assert "valueFrom" in token

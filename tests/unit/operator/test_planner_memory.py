@@ -104,7 +104,7 @@ def test_an_unknown_target_is_admitted_with_one_event() -> None:
     world = Sim(run_body(spec=spec), pools_with_memory())
     world.step()
     world.step()
-    assert world.status["phase"] == "Regenerating"
+    assert world.status["phase"] == "FetchingModel"  # a Hub id: the model stage copies it first
     skipped = [m for r, m in world.events() if r == "MemoryCheckSkipped"]
     assert len(skipped) == 1
     assert "acme/secret-27b" in skipped[0] and "--target-config" in skipped[0]
@@ -115,7 +115,7 @@ def test_an_edit_before_training_is_checked_but_a_started_training_is_not(
 ) -> None:
     world = Sim(run_body(spec=qwen36_spec(batchSize=1)), pools_with_memory())
     world.step()
-    assert world.status["phase"] == "Regenerating"
+    assert world.status["phase"] == "FetchingModel"
     world.step(lambda body: body["spec"]["training"].update(batchSize=6))
     failed = world.condition("Failed")
     assert failed is not None and failed["reason"] == "TrainingWontFit"

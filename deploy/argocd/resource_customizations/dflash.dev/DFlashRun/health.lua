@@ -6,7 +6,8 @@
 -- so this script uses neither, and checks the type of every field it reads.
 
 local RUNNING = {
-  Pending = true, Canary = true, AuditingCanary = true, Regenerating = true,
+  Pending = true, FetchingModel = true, Canary = true, AuditingCanary = true,
+  Regenerating = true,
   AuditingCompletions = true, Tokenizing = true, AuditingTokens = true, Training = true,
   Evaluating = true,
 }
