@@ -34,6 +34,10 @@ PLATFORM = "x86_64-manylinux_2_28"
 # purpose, with the vLLM tag or the lock.
 EXCLUDE_NEWER = "2026-12-03T00:00:00Z"
 COMMAND = "make regen-requirements"
+# Installed on top of dflash-trainer's own dependencies: vLLM's Run:ai loader with its S3 backend
+# (vllm[runai] without the GCS and Azure backends), so a target in the run's S3 root streams
+# straight to the GPUs instead of being copied into each pod first (vllm's own lower bound).
+IMAGE_EXTRAS = ("runai-model-streamer[s3]>=0.15.7",)
 _FROM = re.compile(r"^FROM\s+vllm/vllm-openai:v(\S+)", re.MULTILINE)
 _PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)")
 
@@ -106,7 +110,9 @@ def resolve(out: Path, previous: str | None) -> str:
     preferred = {**pins(previous or ""), **lock_pins()}  # the lock wins over the old file
     with tempfile.TemporaryDirectory() as tmp:
         inputs = Path(tmp) / "regen.in"
-        inputs.write_text("\n".join([f"vllm=={version}", *trainer_requirements()]) + "\n")
+        inputs.write_text(
+            "\n".join([f"vllm=={version}", *trainer_requirements(), *IMAGE_EXTRAS]) + "\n"
+        )
         # uv pip compile prefers the versions already pinned in its output file.
         out.write_text("\n".join(sorted(preferred.values())) + "\n")
         _uv(

@@ -41,6 +41,16 @@ def test_every_llm_argument_is_one_vllm_accepts(report: dict[str, object]) -> No
     )
 
 
+def test_an_s3_target_is_streamed_by_the_runai_loader_of_this_vllm(
+    report: dict[str, object],
+) -> None:
+    assert report["streamed_unknown_kwargs"] == []
+    assert report["streamed_loader"] is True
+    assert report["streamed_model_is_object_storage"] is True
+    assert report["streamed_tokenizer"] == "/tmp/cfg"  # the local copy of tokenizer + config
+    assert report["streamed_config_pulled"] is True
+
+
 def test_sampling_params_take_every_field_as_given(report: dict[str, object]) -> None:
     assert report["sampling_mismatches"] == []
 

@@ -9,6 +9,7 @@ import json
 import typing
 
 import vllm
+import vllm.config.model
 from dflash_trainer.data.regenerate.engine import KNOWN_REASONS, SamplingSpec, shard_seed
 from dflash_trainer.data.regenerate.vllm_engine import (
     FailedRequestError,
@@ -40,6 +41,31 @@ report["llm_kwargs"] = sorted(llm_kwargs)
 report["unknown_llm_kwargs"] = sorted(
     k for k in llm_kwargs if k not in init and not (takes_kwargs and k in engine_fields)
 )
+
+# An S3 target streamed by the Run:ai loader: the model is the s3:// URI, the tokenizer a local
+# folder; vLLM must take load_format=runai_streamer, map it to its streamer loader, and treat
+# the URI as object storage (it pulls config.json itself and streams the safetensors).
+from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER  # noqa: E402
+from vllm.model_executor.model_loader.runai_streamer_loader import (  # noqa: E402
+    RunaiModelStreamerLoader,
+)
+from vllm.transformers_utils.runai_utils import is_runai_obj_uri  # noqa: E402
+
+streamed = VllmSettings(
+    model="s3://bucket/dflash/ns/run/uid/model", tokenizer="/tmp/cfg", load_format="runai_streamer"
+)
+streamed_kwargs = build_llm_kwargs(streamed, seed=1)
+report["streamed_unknown_kwargs"] = sorted(
+    k for k in streamed_kwargs if k not in init and not (takes_kwargs and k in engine_fields)
+)
+report["streamed_loader"] = (
+    _LOAD_FORMAT_TO_MODEL_LOADER.get(str(streamed_kwargs.get("load_format")))
+    is RunaiModelStreamerLoader
+)
+report["streamed_model_is_object_storage"] = is_runai_obj_uri(streamed_kwargs["model"])
+report["streamed_tokenizer"] = streamed_kwargs["tokenizer"]
+pull = inspect.getsource(vllm.config.model.ModelConfig.maybe_pull_model_tokenizer_for_runai)
+report["streamed_config_pulled"] = "*.json" in pull
 
 # SamplingParams(...): built for real, and every value read back.
 sampling_kwargs = build_sampling_kwargs(SamplingSpec(top_k=20, max_tokens=4096, seed=7), 151645)

@@ -49,7 +49,7 @@ def now() -> str:
 def base_spec(**overrides: Any) -> dict[str, Any]:
     """A run small enough for the fake nodes shared with other tests."""
     spec: dict[str, Any] = {
-        "target": {"model": "Qwen/Qwen3-8B"},
+        "target": {"model": "s3://models/qwen3-8b"},
         "data": {
             "sources": [
                 {"name": "chat", "uri": "s3://datasets/chat.jsonl", "format": "openai-messages"}

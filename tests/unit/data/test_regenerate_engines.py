@@ -23,6 +23,7 @@ from dflash_trainer.data.regenerate.vllm_engine import (
     VllmSettings,
     build_llm_kwargs,
     build_sampling_kwargs,
+    choose_weight_source,
     parse_request_output,
 )
 
@@ -51,6 +52,27 @@ def test_llm_arguments_enable_prefix_caching_and_pass_parallelism_and_context() 
     )
     assert kwargs["tokenizer"] == "/m" and kwargs["trust_remote_code"] is False
     assert "max_model_len" not in build_llm_kwargs(VllmSettings(model="/m"), seed=0)
+
+
+def test_an_s3_target_streams_to_vllm_unless_the_spec_or_the_image_says_otherwise() -> None:
+    uri = "s3://b/dflash/ns/run/uid/model"
+    streamed = choose_weight_source(uri, {}, streamer=True)
+    assert (streamed.model, streamed.load_format) == (uri, "runai_streamer")
+    kwargs = build_llm_kwargs(
+        VllmSettings(model=uri, tokenizer="/cfg", load_format=streamed.load_format), seed=0
+    )
+    assert (kwargs["model"], kwargs["tokenizer"], kwargs["load_format"]) == (
+        uri,
+        "/cfg",
+        "runai_streamer",
+    )
+    # A local copy: without the streamer, with another load-format, or for a local folder.
+    assert choose_weight_source(uri, {}, streamer=False).model is None
+    assert "not installed" in choose_weight_source(uri, {}, streamer=False).why
+    chosen = choose_weight_source(uri, {"load_format": "safetensors"}, streamer=True)
+    assert chosen.model is None and "load-format=safetensors" in chosen.why
+    assert choose_weight_source("/models/t", {}, streamer=True).load_format is None
+    assert "load_format" not in build_llm_kwargs(VllmSettings(model="/m"), seed=0)
 
 
 def test_sampling_arguments_carry_the_spec_a_stop_id_and_no_per_request_seed() -> None:

@@ -100,14 +100,22 @@ def test_no_hold_out_without_evaluation() -> None:
     )
 
 
-def test_the_target_revision_the_data_stages_use_reaches_training_and_evaluation() -> None:
+def test_training_and_evaluation_load_the_very_target_the_data_stages_used() -> None:
     example = yaml.safe_load((EXAMPLES[0].parent / "qwen3-8b.yaml").read_text())["spec"]
     example["target"]["revision"] = "3f2a9c1"
-    spec = DFlashRunSpec.model_validate(example)
+    hub = DFlashRunSpec.model_validate(example)
 
-    train = TrainConfig.model_validate(build_train_file(spec, RUN_ROOT))
-    evaluation = EvalConfig.model_validate(build_eval_file(spec, RUN_ROOT, on_gpus=True))
+    train = TrainConfig.model_validate(build_train_file(hub, RUN_ROOT))
+    evaluation = EvalConfig.model_validate(build_eval_file(hub, RUN_ROOT, on_gpus=True))
+    # A Hub id: the run's copy, pinned by the model stage at the commit `revision` named.
+    assert train.target.path == evaluation.target.path == f"{RUN_ROOT}/model"
+    assert train.target.revision is None and evaluation.target.revision is None
 
+    example["target"]["model"] = "s3://models/qwen3-8b"
+    own = DFlashRunSpec.model_validate(example)
+    train = TrainConfig.model_validate(build_train_file(own, RUN_ROOT))
+    evaluation = EvalConfig.model_validate(build_eval_file(own, RUN_ROOT, on_gpus=True))
+    assert train.target.path == evaluation.target.path == "s3://models/qwen3-8b"
     assert train.target.revision == evaluation.target.revision == "3f2a9c1"
 
 

@@ -44,6 +44,7 @@ PLACEHOLDER_RUN_ROOT = "s3://plan/run"
 def render_run(raw: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     """A DFlashRun -> (its train.yaml, nodes x gpusPerNode or None when gpusPerNode is unset)."""
     from dflash_operator.api.validation import SpecError, parse_spec
+    from dflash_operator.children.commands import is_hub_model
     from dflash_operator.children.config_map import build_train_file
 
     try:
@@ -52,7 +53,11 @@ def render_run(raw: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         raise ConfigError("; ".join(error.problems)) from None
     training = spec.training
     world = training.nodes * training.gpus_per_node if training.gpus_per_node else None
-    return build_train_file(spec, PLACEHOLDER_RUN_ROOT), world
+    train = build_train_file(spec, PLACEHOLDER_RUN_ROOT)
+    if is_hub_model(spec.target.model):
+        # Training loads the run's copy (<run root>/model); the plan knows the target by its id.
+        train["target"]["path"] = spec.target.model
+    return train, world
 
 
 @dataclass(frozen=True)

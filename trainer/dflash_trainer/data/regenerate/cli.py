@@ -179,11 +179,14 @@ class Target:
             override = Path(args.chat_template).read_text(encoding="utf-8")
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, override)
         self.ids = token_ids(self.tokenizer, args.end_of_turn)
-        self.model_dir = resolve_model_dir(args.model, include_weights=True)
+        # The tokenizer and config.json only: the weights are the engine's business (vLLM may
+        # stream them from S3 without a local copy).
+        self.config_dir = resolve_model_dir(args.model)
+        self.model = str(args.model)
         self.context = (
             args.max_model_len
             or args.engine_kwargs.get("max_model_len")
-            or context_length(self.model_dir)
+            or context_length(self.config_dir)
             or FALLBACK_CONTEXT
         )
         backend = self.tokenizer.backend_tokenizer
@@ -193,12 +196,14 @@ class Target:
 
 
 def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpec) -> Engine:
+    from dflash_trainer.data.target import resolve_model_dir
+
     seed = shard_seed(sampling.seed, args.shard)
     if args.engine == "transformers":
         from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
 
         return TransformersEngine(
-            target.model_dir,
+            resolve_model_dir(target.model, include_weights=True),
             target.tokenizer,
             sampling,
             target.ids.end_of_turn,
@@ -208,10 +213,19 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
             args.threads,
             args.revision,
         )
-    from dflash_trainer.data.regenerate.vllm_engine import VllmEngine, VllmSettings
+    from dflash_trainer.data.regenerate.vllm_engine import (
+        VllmEngine,
+        VllmSettings,
+        choose_weight_source,
+        runai_streamer_installed,
+    )
 
+    source = choose_weight_source(target.model, args.engine_kwargs, runai_streamer_installed())
+    print(f"vLLM loads the target's weights {source.why}", file=sys.stderr, flush=True)
     settings = VllmSettings(
-        model=target.model_dir,
+        model=source.model or resolve_model_dir(target.model, include_weights=True),
+        tokenizer=target.config_dir,
+        load_format=source.load_format,
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=target.context,
         gpu_memory_utilization=args.gpu_memory_utilization,

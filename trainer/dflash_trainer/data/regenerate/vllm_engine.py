@@ -23,9 +23,51 @@ from dflash_trainer.data.regenerate.engine import (
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 
 
+# vLLM's loader that streams safetensors from object storage straight to the GPU (vllm[runai]).
+RUNAI_STREAMER = "runai_streamer"
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """Where vLLM reads the weights: `model` an s3:// URI with `load_format` runai_streamer, or
+    None (a local copy must be made first)."""
+
+    model: str | None
+    load_format: str | None
+    why: str
+
+
+def runai_streamer_installed() -> bool:
+    """True where vLLM's Run:ai streamer can run (the regen image installs it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("runai_model_streamer") is not None
+
+
+def choose_weight_source(model: str, engine_kwargs: dict[str, Any], streamer: bool) -> WeightSource:
+    """Stream an S3 target's safetensors to the GPU (no 54 GB copy in the pod's /tmp, no wait for
+    the whole download) unless the spec chose another `load-format` or the streamer is missing."""
+    if not model.startswith("s3://"):
+        return WeightSource(None, None, f"from the local folder {model}")
+    chosen = engine_kwargs.get("load_format")
+    if chosen is not None and chosen != RUNAI_STREAMER:
+        return WeightSource(None, None, f"from a local copy (engine argument load-format={chosen})")
+    if not streamer:
+        return WeightSource(
+            None, None, "from a local copy (runai-model-streamer is not installed in this image)"
+        )
+    return WeightSource(
+        model, RUNAI_STREAMER, f"streamed from {model} (load_format={RUNAI_STREAMER})"
+    )
+
+
 @dataclass(frozen=True)
 class VllmSettings:
     model: str
+    # A local folder with the tokenizer (and config.json); unset: `model`.
+    tokenizer: str | None = None
+    # vLLM's `load_format` (runai_streamer for an s3:// model); unset: vLLM's default.
+    load_format: str | None = None
     tensor_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
@@ -66,7 +108,7 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
     """Keyword arguments of `vllm.LLM(...)`."""
     kwargs: dict[str, Any] = {
         "model": settings.model,
-        "tokenizer": settings.model,
+        "tokenizer": settings.tokenizer or settings.model,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "dtype": settings.dtype,
@@ -76,6 +118,8 @@ def build_llm_kwargs(settings: VllmSettings, seed: int) -> dict[str, Any]:
         "trust_remote_code": False,
         "enforce_eager": settings.enforce_eager,
     }
+    if settings.load_format:
+        kwargs["load_format"] = settings.load_format
     if settings.max_num_seqs:
         kwargs["max_num_seqs"] = settings.max_num_seqs
     if settings.max_model_len:
