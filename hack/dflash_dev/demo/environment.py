@@ -41,25 +41,29 @@ def demo_dir() -> Path:
 
 
 # ---------------------------------------------------------------- pools (chart values)
-def build_pool_values(node_selector: dict[str, str | None]) -> dict[str, Any]:
+def build_pool_values(
+    node_selector: dict[str, str | None], env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Chart values that put the `cpu` pool on executor nodes. A `None` label removes the
-    chart's own selector entry (Helm deletes keys set to null)."""
+    chart's own selector entry (Helm deletes keys set to null). `env` goes over POOL_ENV."""
     return {
         "nodePools": {
             DEMO_POOL: {
                 "nodeSelector": node_selector,
                 "tolerations": [EXECUTOR_TOLERATION],
-                "env": POOL_ENV,
+                "env": {**POOL_ENV, **(env or {})},
             }
         }
     }
 
 
-def executor_pool_values(instance: str | None = None) -> dict[str, Any]:
+def executor_pool_values(
+    instance: str | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Every executor node (`make executor-up`), or only one executor instance's (tests)."""
     if instance is None:
-        return build_pool_values({POOL_LABEL: EXECUTOR_POOL_VALUE})
-    return build_pool_values({POOL_LABEL: None, INSTANCE_LABEL: instance})
+        return build_pool_values({POOL_LABEL: EXECUTOR_POOL_VALUE}, env)
+    return build_pool_values({POOL_LABEL: None, INSTANCE_LABEL: instance}, env)
 
 
 def write_values(values: dict[str, Any], path: Path) -> list[str]:

@@ -58,10 +58,13 @@ class DemoHarness:
         assets.upload_sources(client, files, self.bucket)
 
     def start_operator(
-        self, namespaces: tuple[str, ...] | None = None
+        self, namespaces: tuple[str, ...] | None = None, pool_env: dict[str, str] | None = None
     ) -> operator_local.OperatorProcess:
+        """The operator, its `cpu` pool on this test's executor (`pool_env` over the pool's env,
+        e.g. HF_ENDPOINT)."""
         pools = environment.write_pools_file(
-            environment.executor_pool_values(self.executor.instance), self.workdir / "pools.yaml"
+            environment.executor_pool_values(self.executor.instance, pool_env),
+            self.workdir / "pools.yaml",
         )
         process = operator_local.OperatorProcess(
             kubeconfig=self.operator_kubeconfig,

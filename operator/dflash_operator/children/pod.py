@@ -140,13 +140,14 @@ def build_hf_env(ctx: PodContext) -> list[dict[str, Any]]:
 def build_env(ctx: PodContext) -> list[dict[str, Any]]:
     """Plain env (caches, NCCL for GPU pods, the pool's, the stage's), then S3 and the Hub."""
     plain = dict(CACHE_ENV)
-    if ctx.stage not in (Stage.MODEL, Stage.CLEANUP, Stage.PRUNE):
-        plain.update(dict.fromkeys(OFFLINE_ENV, "1"))
     if ctx.placement.gpus or ctx.stage == Stage.TRAIN:
         plain.update(NCCL_ENV)
     if pvc_claims(ctx.spec):
         plain["DFLASH_PVC_ROOT"] = PVC_ROOT
     plain.update(ctx.placement.pool.env)
+    if ctx.stage not in (Stage.MODEL, Stage.CLEANUP, Stage.PRUNE):
+        # Over the pool's env: these stages load the target from S3 or a PVC, never the Hub.
+        plain.update(dict.fromkeys(OFFLINE_ENV, "1"))
     plain.update(ctx.extra_env)
     env = [{"name": name, "value": value} for name, value in plain.items()]
     # One entry per name (the API server refuses duplicates): references win over plain values.

@@ -499,3 +499,13 @@ def test_pool_env_and_offline_mode_never_duplicate_an_env_name(
     assert len(names) == len(set(names)), names
     token = next(e for e in env if e["name"] == "HF_TOKEN")
     assert "valueFrom" in token
+    # A pool that turns the Hub on (a mirror for the model stage) never turns it on for a stage
+    # that loads the run's copy.
+    raw["nodePools"]["cpu"]["env"] = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://mirror"}
+    placements, _ = place_stages(hub, build_pipeline(hub), parse_pools(raw))
+    ctx = StageContext(RUN, hub, ROOT, placements, PlanSettings())
+    for stage, offline in ((Stage.MODEL, "0"), (Stage.TOKENIZE, "1")):
+        env = pod_spec(build_stage_child(ctx, stage, 1, False))["containers"][0]["env"]
+        values = {e["name"]: e.get("value") for e in env}
+        assert values["HF_HUB_OFFLINE"] == offline, stage
+        assert values["HF_ENDPOINT"] == "http://mirror"
