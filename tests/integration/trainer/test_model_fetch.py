@@ -99,7 +99,9 @@ def objects(dest: str) -> dict[str, bytes]:
 
 
 def manifest(dest: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(store_for(dest).read_bytes(join_uri(dest, "dflash-model.json")))
+    data: dict[str, Any] = json.loads(
+        store_for(dest).read_bytes(join_uri(dest, "dflash-model.json"))
+    )
     return data
 
 
