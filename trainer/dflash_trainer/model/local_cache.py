@@ -153,6 +153,13 @@ def wanted_files(prefix: str, include_weights: bool) -> list[WantedFile]:
         ]
         if not files:
             raise ModelCacheError(f"{prefix}: no files under this S3 prefix", user_fixable=True)
+    for f in files:
+        parts = f.path.split("/")
+        if f.path.startswith("/") or ".." in parts or STATE_DIR in parts:
+            raise ModelCacheError(
+                f"{f.uri}: the path {f.path!r} cannot be stored in a model folder",
+                user_fixable=True,
+            )
     if not include_weights:
         files = [f for f in files if f.path in TOKENIZER_FILES]
     return files
