@@ -22,19 +22,25 @@ fetchedBytes (bytes downloaded from the Hub by this attempt). The token is never
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dflash_trainer.model.digests import HashMismatchError, check_hub_hash, file_digests
-from dflash_trainer.model.hub import HubError, HubModel, HubUserError, redact, resolve_model
+from dflash_trainer.model.hub import (
+    HubError,
+    HubUserError,
+    download_file,
+    redact,
+    resolve_model,
+)
 from dflash_trainer.model.manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -82,10 +88,6 @@ class FetchResult:
         return self.manifest.total_bytes
 
 
-# (path, hub file) -> local file in a temporary folder; tests and the benchmark swap it.
-Downloader = Callable[[HubModel, str, Path, Path], Path]
-
-
 def check_model_id(model: str) -> str:
     if not HUB_ID.match(model) or "--" in model or ".." in model:
         raise FetchInputError(
@@ -117,15 +119,16 @@ def read_manifest(uri: str) -> ModelManifest | None:
     if not store.exists(uri):
         return None
     try:
-        return ModelManifest.from_json(read_json(uri), where=uri)
+        data = read_json(uri)
     except StorageError as exc:
-        raise ManifestError(str(exc)) from None
+        if "is not valid JSON" in str(exc):  # a broken file, not a store failure (exit 2)
+            raise ManifestError(str(exc)) from None
+        raise
+    return ModelManifest.from_json(data, where=uri)
 
 
 def write_manifest(store: ObjectStore, uri: str, manifest: ModelManifest) -> None:
     """One PUT (S3) or an atomic rename (folder): a reader sees the old or the new manifest."""
-    import json
-
     store.write_bytes(uri, json.dumps(manifest.to_json(), indent=2).encode() + b"\n")
 
 
@@ -152,12 +155,8 @@ def fetch_model(
     revision: str | None,
     dest: str,
     work_dir: Path,
-    downloader: Downloader | None = None,
 ) -> FetchResult:
     """Copy `model`@`revision` into `dest`, resuming from its manifest; see the module doc."""
-    from dflash_trainer.model.hub import download_file
-
-    download = downloader or download_file
     hub = resolve_model(model, revision)
     try:
         selected = select_model_files(hub.files, model)
@@ -206,7 +205,7 @@ def fetch_model(
         started = time.monotonic()
         folder = Path(tempfile.mkdtemp(prefix="files-", dir=work_dir))
         try:
-            local = download(hub, path, folder, work_dir / "hf-cache")
+            local = download_file(hub, path, folder, work_dir / "hf-cache")
             downloaded = time.monotonic() - started
             digests = file_digests(local)
             fetched_files += 1
