@@ -365,9 +365,15 @@ def test_a_corrupted_s3_object_fails_the_sha256_check_and_is_not_kept(
     store.write_bytes(join_uri(fetched, bad), bytes(data))  # same size, other bytes
     monkeypatch.setenv("DFLASH_MODEL_CACHE", str(tmp_path / "cache"))
 
-    with pytest.raises(ModelCacheError, match=rf"{bad} does not match its sha256") as caught:
+    expected = next(f["sha256"] for f in manifest(fetched)["files"] if f["path"] == bad)
+    with pytest.raises(ModelCacheError) as caught:
         materialize(fetched, include_weights=True)
 
+    assert str(caught.value) == (
+        f"{fetched}/{bad}: sha256 {sha256(bytes(data))} does not match dflash-model.json "
+        f"({expected}), 2 downloads in a row: the S3 copy is corrupt; delete that object and "
+        "retry the model stage (it copies the missing file again)"
+    )
     assert caught.value.user_fixable
     folder = next((tmp_path / "cache").iterdir())
     assert not (folder / bad).exists()

@@ -227,7 +227,7 @@ def _temp_path(folder: Path, wanted: WantedFile) -> Path:
     return folder / STATE_DIR / "tmp" / (wanted.path.replace("/", "%2F") + f".{os.getpid()}.part")
 
 
-def _check_and_place(folder: Path, wanted: WantedFile, tmp: Path) -> str | None:
+def _check_and_place(folder: Path, wanted: WantedFile, tmp: Path) -> None:
     """Verify a downloaded file and move it into place; raises ModelCacheError on mismatch."""
     size = tmp.stat().st_size
     if size != wanted.size:
@@ -244,17 +244,17 @@ def _check_and_place(folder: Path, wanted: WantedFile, tmp: Path) -> str | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp.replace(target)  # atomic: readers see the old file or the whole new one
     _write_marker(folder, wanted, digest)
-    return digest
 
 
 def _download(
     folder: Path, files: list[WantedFile], settings: FetchSettings, report: CacheReport
-) -> list[WantedFile]:
-    """Download `files` into place; returns those that failed their sha256 check."""
+) -> list[tuple[WantedFile, str]]:
+    """Download `files` into place; returns those that failed their sha256 check, each with
+    the one-line reason."""
     client = s3_client(S3Settings.from_env(), settings.concurrency + 2)
     fetcher = RangedFetcher(client, settings)
     by_tmp = {_temp_path(folder, f): f for f in files}
-    mismatched: list[WantedFile] = []
+    mismatched: list[tuple[WantedFile, str]] = []
     lock = threading.Lock()
 
     def done(job: ObjectJob) -> None:
@@ -266,7 +266,7 @@ def _download(
                 raise
             job.path.unlink(missing_ok=True)
             with lock:
-                mismatched.append(wanted)
+                mismatched.append((wanted, str(exc)))
             return
         with lock:
             report.downloaded.append(wanted.path)
@@ -308,20 +308,19 @@ def fetch_to_cache(model_uri: str, include_weights: bool, root: Path | None = No
             return report
         started = time.monotonic()
         for attempt in range(1, VERIFY_ATTEMPTS + 1):
-            missing = _download(folder, missing, settings, report)
-            if not missing:
+            failed = _download(folder, missing, settings, report)
+            if not failed:
                 break
             if attempt == VERIFY_ATTEMPTS:
-                first = missing[0]
                 raise ModelCacheError(
-                    f"{first.uri} does not match its sha256 in {MANIFEST_NAME} after "
-                    f"{VERIFY_ATTEMPTS} downloads: the S3 copy is corrupt; delete it and retry "
-                    "the model stage (it copies the missing file again)",
+                    f"{failed[0][1]}, {VERIFY_ATTEMPTS} downloads in a row: the S3 copy is "
+                    "corrupt; delete that object and retry the model stage (it copies the "
+                    "missing file again)",
                     user_fixable=True,
                 )
-            log.warning(
-                "%d file(s) failed their sha256 check; downloading them again", len(missing)
-            )
+            for _wanted, reason in failed:
+                log.warning("%s; downloading it again", reason)
+            missing = [wanted for wanted, _reason in failed]
         took = max(time.monotonic() - started, 1e-6)
         log.info(
             "model cache: %d files, %.1f MB from %s in %.1f s (%.0f MB/s, %d parallel GETs of "
