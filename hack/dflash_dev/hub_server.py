@@ -261,8 +261,14 @@ class _Handler(BaseHTTPRequestHandler):
                     data = bytearray(chunk)
                     data[flip - offset] ^= 0xFF
                     chunk = bytes(data)
-                self.wfile.write(chunk)
+                # Counted before it is sent: a client that has the bytes always finds them
+                # counted; a chunk the client never took is taken back.
                 self.hub._count(key, len(chunk))
+                try:
+                    self.wfile.write(chunk)
+                except OSError:
+                    self.hub._count(key, -len(chunk))
+                    raise
                 offset += len(chunk)
                 left -= len(chunk)
 
