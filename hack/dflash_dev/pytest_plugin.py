@@ -1,4 +1,5 @@
-"""pytest fixtures for the real local control plane and S3 server (one of each per session).
+"""pytest fixtures for the real local control plane and S3 server (one of each per session),
+and a local Hugging Face Hub (one per test).
 
 `cluster` reuses a running cluster when KUBECONFIG points at one that answers /readyz (or when
 this checkout's cluster is already up); otherwise it starts one and stops it at session end.
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from . import binaries, s3server, watchdog
+from . import binaries, hub_server, s3server, watchdog
 from . import cluster as local_cluster
 from .errors import DevError
 
@@ -163,6 +164,23 @@ def s3_prefix(s3: S3Handle, monkeypatch: pytest.MonkeyPatch) -> str:
     for key, value in s3.env.items():
         monkeypatch.setenv(key, value)
     return f"s3://{s3.bucket}/tests/{secrets.token_hex(6)}"
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[hub_server.HubServer]:
+    """A local Hub (`hub_server`) for this test: HF_ENDPOINT points at it, HF_HUB_OFFLINE and
+    HF_TOKEN are unset and HF_HOME is private, so nothing reaches huggingface.co or reads a
+    token of the machine. `hub.add_repo("org/name", folder)` serves a folder; `hub.served`
+    counts the content bytes sent per file."""
+    server = hub_server.HubServer().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _namespace_name(node_name: str) -> str:

@@ -221,27 +221,48 @@ class S3Settings:
         )
 
 
+def s3_error(uri: str, action: str, exc: Exception) -> StorageError:
+    """The one-line StorageError for a botocore ClientError or BotoCoreError on `uri`."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return StorageError(f"{action} {uri} failed: {exc}")
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code in {"NoSuchKey", "404", "NotFound"}:
+        return StorageError(f"{uri} does not exist")
+    if code == "NoSuchBucket":
+        return StorageError(f"bucket of {uri} does not exist")
+    if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
+        return StorageError(f"access to {uri} was refused ({code}): check the credentials Secret")
+    return StorageError(f"{action} {uri} failed: {code or exc}")
+
+
+def s3_client(settings: S3Settings, max_pool_connections: int) -> Any:
+    """A boto3 S3 client for `settings` with standard retries and `max_pool_connections`
+    HTTP connections (at least the number of threads that share it)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        region_name=settings.region,
+        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        s3={"addressing_style": "path" if settings.path_style else "auto"},
+        max_pool_connections=max_pool_connections,
+    )
+    # A session of its own: boto3's default session caches the first credentials it
+    # resolves, so a rotated Secret would never be picked up.
+    session = boto3.session.Session()
+    return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+
+
 class S3Store:
     """S3 through boto3: multipart, parallel transfers and standard retries."""
 
     def __init__(self, settings: S3Settings | None = None) -> None:
-        import boto3
         from boto3.s3.transfer import TransferConfig
-        from botocore.config import Config
 
         self.settings = settings or S3Settings.from_env()
-        config = Config(
-            region_name=self.settings.region,
-            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-            s3={"addressing_style": "path" if self.settings.path_style else "auto"},
-            max_pool_connections=MAX_CONCURRENCY * 2,
-        )
-        # A session of its own: boto3's default session caches the first credentials it
-        # resolves, so a rotated Secret would never be picked up.
-        session = boto3.session.Session()
-        self.client: Any = session.client(
-            "s3", endpoint_url=self.settings.endpoint_url, config=config
-        )
+        self.client: Any = s3_client(self.settings, MAX_CONCURRENCY * 2)
         self.transfer = TransferConfig(
             multipart_threshold=MULTIPART_THRESHOLD,
             multipart_chunksize=MULTIPART_CHUNK,
@@ -254,19 +275,8 @@ class S3Store:
 
         try:
             return fn(**kwargs)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in {"NoSuchKey", "404", "NotFound"}:
-                raise StorageError(f"{uri} does not exist") from None
-            if code == "NoSuchBucket":
-                raise StorageError(f"bucket of {uri} does not exist") from None
-            if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
-                raise StorageError(
-                    f"access to {uri} was refused ({code}): check the credentials Secret"
-                ) from None
-            raise StorageError(f"{action} {uri} failed: {code or exc}") from None
-        except BotoCoreError as exc:
-            raise StorageError(f"{action} {uri} failed: {exc}") from None
+        except (ClientError, BotoCoreError) as exc:
+            raise s3_error(uri, action, exc) from None
 
     def read_bytes(self, uri: str) -> bytes:
         bucket, key = split_s3_uri(uri)

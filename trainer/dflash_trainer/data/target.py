@@ -1,32 +1,19 @@
 """The target model's tokenizer as the data stages need it: loaded offline from a local folder,
-an S3 prefix (downloaded once to a cache) or the HF cache, plus the ids of its control tokens.
+an S3 prefix (fetched once per node into the model cache, `model.local_cache`) or the HF cache,
+plus the ids of its control tokens.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dflash_trainer.data.errors import BadInputError, is_user_fixable
 from dflash_trainer.data.uris import to_local_uri
-from dflash_trainer.storage import StorageError, is_s3_uri, store_for
+from dflash_trainer.model.local_cache import ModelCacheError, materialize
+from dflash_trainer.storage import StorageError, is_s3_uri
 
-# Only what a tokenizer needs: stages that never run the model must not pull its weights.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "vocab.json",
-    "merges.txt",
-    "config.json",
-    "generation_config.json",
-)
-DEFAULT_CACHE = Path(os.environ.get("DFLASH_CACHE", Path.home() / ".cache" / "dflash"))
 THINK_START = "<think>"
 THINK_END = "</think>"
 
@@ -40,28 +27,21 @@ class TokenIds:
 
 
 def resolve_model_dir(model: str, include_weights: bool = False) -> str:
-    """A local folder or hub id for `model`; an s3:// prefix is mirrored into the cache first."""
+    """A local folder or hub id for `model`; an s3:// prefix is materialized into the node's
+    model cache first (only the tokenizer and config files unless `include_weights`)."""
     model = to_local_uri(model)
     if not is_s3_uri(model):
         return model
-    prefix = model.rstrip("/") + "/"
-    local = DEFAULT_CACHE / "models" / hashlib.sha256(prefix.encode()).hexdigest()[:16]
-    store = store_for(prefix)
     try:
-        objects = store.list(prefix)
+        return str(materialize(model, include_weights))
+    except ModelCacheError as exc:
+        if not exc.user_fixable:
+            raise
+        raise BadInputError(f"--model {model}: {exc}") from None
     except StorageError as exc:
         if not is_user_fixable(exc):
             raise
         raise BadInputError(f"--model {model}: {exc}") from None
-    if not objects:
-        raise BadInputError(f"--model {model}: no files under this S3 prefix")
-    for obj in objects:
-        rel = obj.uri[len(prefix) :]
-        wanted = include_weights or rel in TOKENIZER_FILES
-        target = local / rel
-        if wanted and not (target.is_file() and target.stat().st_size == obj.size):
-            store.download_file(obj.uri, target)
-    return str(local)
 
 
 def context_length(model_dir: str) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dflash_trainer.storage import is_s3_uri, join_uri, store_for
+from dflash_trainer.storage import is_s3_uri
 
 log = logging.getLogger(__name__)
 
@@ -83,22 +83,17 @@ def build_random_target(config: dict[str, Any], seed: int, dtype: torch.dtype) -
 
 
 def fetch_model_folder(uri: str, cache_dir: Path) -> Path:
-    """Copy an `s3://` model folder into `cache_dir` once (a marker file says it is complete)."""
-    if not is_s3_uri(uri):
-        return Path(uri)
-    dest = cache_dir / uri.removeprefix("s3://").replace("/", "_")
-    marker = dest / ".complete"
-    if marker.exists():
-        return dest
-    store = store_for(uri)
-    objects = store.list(join_uri(uri, ""))
-    if not objects:
-        raise TargetError(f"target.path={uri} has no files")
-    prefix = uri.rstrip("/") + "/"
-    for obj in objects:
-        store.download_file(obj.uri, dest / obj.uri.removeprefix(prefix))
-    marker.write_text("ok\n")
-    return dest
+    """A local folder with the model at `uri`: an `s3://` prefix is fetched into the node's
+    model cache (`model.local_cache`: once per node, parallel ranged GETs, verified against the
+    model stage's manifest); `cache_dir` is the cache root unless $DFLASH_MODEL_CACHE is set."""
+    from dflash_trainer.model.local_cache import ModelCacheError, materialize
+
+    try:
+        return materialize(uri, include_weights=True, cache_root=cache_dir)
+    except ModelCacheError as exc:
+        if exc.user_fixable:
+            raise TargetError(f"target.path={uri}: {exc}") from None
+        raise
 
 
 def load_pretrained_target(
