@@ -75,15 +75,13 @@ def _reasoning_tokens(
     vocab: VocabInfo | None,
 ) -> tuple[np.ndarray, bool]:
     """Reasoning tokens between each row's thinking start and `</think>` (0: none), and
-    whether whitespace was told apart (`VocabInfo.trimmed_reasoning`). A row without an end
-    gets the empty span at its start: the spans' edges stay in row order (`take_ids`)."""
+    whether whitespace was told apart (`VocabInfo.trimmed_reasoning`)."""
     has_end = end >= 0
-    row_start = chunks.offsets[:-1]
-    lo = np.where(has_end, start + opens, row_start)
-    hi = np.where(has_end, end, row_start)
+    lo = np.where(has_end, start + opens, 0)
+    hi = np.where(has_end, end, 0)
     if vocab is None or not vocab.knows_whitespace:
         return np.maximum(hi - lo, 0), False
-    return vocab.trimmed_spans(chunks.take_ids, chunks.size, lo, hi), True
+    return vocab.trimmed_spans(chunks.take_row_ids, chunks.size, lo, hi), True
 
 
 def _supervised_loops(ngrams: NgramStats, loop_share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -181,9 +179,8 @@ def token_features(
         hits = scan.found[think_end]
         end = first_position(hits[scan.supervised[think_end]], chunks.offsets, rows)
         opens = np.zeros(rows, dtype=np.int64)
-        if think_start is not None:
-            valid = start >= 0
-            opens[valid] = chunks.take_ids(start[valid]) == think_start
+        if think_start is not None:  # a row without supervision has no start to read
+            opens[:] = (start >= 0) & (chunks.take_row_ids(start) == think_start)
         has_end = end >= 0
         thinking, exact = _reasoning_tokens(chunks, start, end, opens, vocab)
         if not exact:  # the template's newlines are in the count: correct for them

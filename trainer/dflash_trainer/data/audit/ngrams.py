@@ -73,7 +73,7 @@ def ngram_stats(
     if counted is None:
         lengths = np.diff(offsets)
         whole = lengths > 0
-        return _piece_stats(v, lengths[whole], np.flatnonzero(whole), rows)
+        return piece_stats(v, lengths[whole], np.flatnonzero(whole), rows)
     c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
     if runs is None:
         found = runs_of_ones(FlatList(c.view(np.int8), offsets))
@@ -81,15 +81,16 @@ def ngram_stats(
     starts, ends, run_rows = runs
     # The counted tokens alone (the keys of a prompt are never computed: half the tokens of a
     # chat dataset); runs never cross a row, so the windows are the same as on whole rows.
-    return _piece_stats(v[c], ends - starts, run_rows, rows)
+    return piece_stats(v[c], ends - starts, run_rows, rows)
 
 
-def _piece_stats(
+def piece_stats(
     ids: np.ndarray, lengths: np.ndarray, piece_rows: np.ndarray, rows: int
 ) -> NgramStats:
-    """Statistics of `ids` cut into non-empty pieces of `lengths` (in order, tiling `ids`),
-    each belonging to a row of `piece_rows` (non-decreasing): a window is valid when its 4
-    tokens lie in one piece."""
+    """Statistics of `ids` (uint32) cut into non-empty pieces of `lengths` (in order, tiling
+    `ids`), each belonging to a row of `piece_rows` (non-decreasing): a window is valid when its
+    4 tokens lie in one piece. The tokens gate passes the supervised ids of a table and the
+    loss mask's runs."""
     windows = np.maximum(lengths - (NGRAM - 1), 0)
     per_row = np.bincount(piece_rows, weights=windows, minlength=rows).astype(np.int64)
     row_sizes = np.bincount(piece_rows, weights=lengths, minlength=rows).astype(np.int64)

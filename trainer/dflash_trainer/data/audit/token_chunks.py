@@ -11,6 +11,7 @@ assistant headers) are gathered from the chunk that holds them (`take_ids`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -44,11 +45,15 @@ class TokenChunks:
     def size(self) -> int:
         return int(self.offsets[-1])
 
+    @cached_property
+    def _ids(self) -> list[np.ndarray]:
+        return [c.ids.values for c in self.chunks if c.ids is not None]
+
     def take_ids(self, positions: np.ndarray) -> np.ndarray:
         """The ids at flat positions of the batch (each in [0, size)). Non-decreasing positions
         (one per row, in row order: what the gate reads) are cut into one slice per chunk;
         others are picked chunk by chunk."""
-        parts = [c.ids.values for c in self.chunks if c.ids is not None]
+        parts = self._ids
         out: np.ndarray
         if len(parts) == 1:
             out = parts[0][positions]
@@ -64,6 +69,24 @@ class TokenChunks:
         for i, part in enumerate(parts):
             chosen = which == i
             out[chosen] = part[positions[chosen] - self.id_starts[i]]
+        return out
+
+    def take_row_ids(self, positions: np.ndarray) -> np.ndarray:
+        """The ids at flat positions given per row (the last axis: one entry per row), each
+        read in its row's chunk: a position outside that chunk reads the chunk's nearest id
+        (0 in a chunk without ids). For positions that only matter inside their row (the
+        edges of a span of the row): one slice of rows per chunk, no search."""
+        parts = self._ids
+        out: np.ndarray
+        if len(parts) == 1 and len(parts[0]):
+            out = np.take(parts[0], positions, mode="clip")
+            return out
+        out = np.zeros(positions.shape, dtype=np.int32)
+        for chunk, part in zip(self.chunks, parts, strict=True):
+            if len(part) == 0:
+                continue
+            rows = slice(chunk.first_row, chunk.first_row + chunk.mask.rows)
+            out[..., rows] = np.take(part, positions[..., rows] - chunk.first_value, mode="clip")
         return out
 
 

@@ -1,9 +1,10 @@
 """Every pass of the tokens gate over the tokens themselves, chunk by chunk, joined per batch.
 
 Per chunk (~1 MB of ids and mask, cache-resident): the loss mask's runs of ones, the positions
-of a few control tokens (think end, turn start) and whether they are supervised, and the 4-gram
-statistics of the supervised tokens. What comes out has one entry per row, run or control
-token: the per-row features are computed on it without reading the tokens again.
+of a few control tokens (think end, turn start) and whether they are supervised, and the
+supervised ids. Per batch: the 4-gram statistics of the supervised ids, cut by the mask's runs
+(one call per table, not per chunk: ~0.5 ms of calls a chunk, measured). What comes out has one
+entry per row, run or control token: the per-row features need no other pass over the tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dflash_trainer.data.audit.lists import Runs, runs_of_ones
-from dflash_trainer.data.audit.ngrams import NgramStats, ngram_stats
+from dflash_trainer.data.audit.ngrams import NgramStats, piece_stats
 from dflash_trainer.data.audit.token_chunks import TokenChunks
 
 NEGATIVE_IDS = "input_ids must be token ids >= 0 (found a negative id)"
@@ -57,10 +58,9 @@ def _joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
 
 def scan_tokens(chunks: TokenChunks, wanted: list[int]) -> TokenScan:
     """The mask's runs everywhere; with ids, the wanted tokens and the 4-gram statistics."""
-    starts, ends, run_rows = [], [], []
+    starts, ends, run_rows, kept = [], [], [], []
     found: dict[int, list[np.ndarray]] = {t: [] for t in wanted}
     supervised: dict[int, list[np.ndarray]] = {t: [] for t in wanted}
-    stats: list[NgramStats] = []
     for chunk in chunks.chunks:
         runs = runs_of_ones(chunk.mask)
         starts.append(runs.starts + chunk.first_value)
@@ -71,16 +71,12 @@ def scan_tokens(chunks: TokenChunks, wanted: list[int]) -> TokenScan:
         for token, at in find_tokens(chunk.ids.values, wanted).items():
             found[token].append(at + chunk.first_value)
             supervised[token].append(chunk.mask.values[at] == 1)
-        spans = (runs.starts, runs.ends, runs.rows)
-        stats.append(ngram_stats(chunk.ids.values, chunk.ids.offsets, chunk.mask.values, spans))
+        kept.append(chunk.ids.values.view(np.uint32)[chunk.mask.values.view(bool)])
     joined = Runs(_joined(starts, np.int64), _joined(ends, np.int64), _joined(run_rows, np.int64))
     ngrams = None
-    if stats:
-        ngrams = NgramStats(
-            np.concatenate([s.ngrams for s in stats]),
-            np.concatenate([s.repeats for s in stats]),
-            np.concatenate([s.fingerprints for s in stats]),
-        )
+    if kept:  # the supervised ids of the table, cut by the runs
+        lengths = joined.ends - joined.starts
+        ngrams = piece_stats(_joined(kept, np.uint32), lengths, joined.rows, chunks.rows)
     return TokenScan(
         joined,
         {t: _joined(p, np.int64) for t, p in found.items()},

@@ -57,25 +57,21 @@ class VocabInfo:
     def trimmed_spans(
         self, take: Callable[[np.ndarray], np.ndarray], size: int, lo: np.ndarray, hi: np.ndarray
     ) -> np.ndarray:
-        """`trimmed_reasoning` of ids that `take` reads at flat positions in [0, size) (ids kept
-        as chunks): each edge of every span in one call, in the order of the spans."""
+        """`trimmed_reasoning` of ids that `take` reads at flat positions in [0, size), given
+        as one row of positions per edge: ids kept as chunks are read in one call. Only the
+        edges inside their span count, so `take` may read anything for the others."""
         span: np.ndarray = np.maximum(hi - lo, 0)
         if not self.whitespace_ids or size == 0:
             return span
-        last = size - 1
-        leading = [np.minimum(lo + k, last) for k in range(EDGE_WHITESPACE)]
-        trailing = [np.clip(hi - k, 0, last) for k in range(1, EDGE_WHITESPACE + 1)]
-        edges = [self.is_whitespace(take(at)) for at in leading + trailing]
-        lead = np.zeros(len(lo), dtype=np.int64)
-        alive = span > 0
-        for k in range(EDGE_WHITESPACE):
-            alive &= (lo + k < hi) & edges[k]
-            lead += alive
-        trail = np.zeros(len(lo), dtype=np.int64)
-        alive = span > lead
-        for k in range(1, EDGE_WHITESPACE + 1):
-            alive &= (hi - k >= lo + lead) & edges[EDGE_WHITESPACE + k - 1]
-            trail += alive
+        steps = np.arange(EDGE_WHITESPACE)[:, None]
+        # The first and the last EDGE_WHITESPACE positions of each span, one row each.
+        at = np.clip(np.concatenate([lo + steps, hi - 1 - steps]), 0, size - 1)
+        edges = self.is_whitespace(take(at))
+        # An edge token is trimmed while it lies in the span and every token before it was.
+        lead = np.logical_and.accumulate(edges[:EDGE_WHITESPACE] & (steps < span), axis=0)
+        lead = lead.sum(axis=0)
+        inside = steps < span - lead  # what the leading whitespace left of the span
+        trail = np.logical_and.accumulate(edges[EDGE_WHITESPACE:] & inside, axis=0).sum(axis=0)
         trimmed: np.ndarray = np.maximum(span - lead - trail, 0)
         return trimmed
 
@@ -83,7 +79,7 @@ class VocabInfo:
         """Whether each id is whitespace-only, from a bool table over the ids (at least up to
         max(ids)), built once."""
         largest = max(self.whitespace_ids) if self.whitespace_ids else 0
-        size = max(int(ids.max()) + 1 if len(ids) else 1, self.vocab_size, largest + 1)
+        size = max(int(ids.max()) + 1 if ids.size else 1, self.vocab_size, largest + 1)
         table = self._table.get("whitespace")
         if table is None or len(table) < size:
             table = np.zeros(size, dtype=bool)
