@@ -107,9 +107,8 @@ def _mask_errors(
     """
     offsets = chunks.offsets
     checked = chunks.lengths > 0
-    error = np.zeros(chunks.rows, dtype=bool)
-    # A row's first token is supervised when its first run starts there.
-    error[checked] = first_one[checked] == offsets[:-1][checked]
+    # A row's first token is supervised when its first run starts there (-1: no run).
+    error = checked & (first_one == offsets[:-1])
     header = vocab.assistant_header if vocab is not None else ()
     size = chunks.size
     if not header or size == 0:
@@ -118,18 +117,21 @@ def _mask_errors(
         error[np.searchsorted(offsets, turn[turn_supervised], side="right") - 1] = True
     if len(runs.starts) == 0:
         return checked, error
+    if len(turn) == 0:  # no header anywhere: every supervised run is an error
+        error[runs.rows] = True
+        return checked, error
     is_header = np.ones(len(turn), dtype=bool)
-    if len(header) > 1 and len(turn):
-        for k, token in enumerate(header[1:], start=1):
-            at = np.minimum(turn + k, size - 1)
-            is_header &= (chunks.take_ids(at) == token) & (turn + k < size)
+    for k, token in enumerate(header[1:], start=1):
+        at = np.minimum(turn + k, size - 1)
+        is_header &= (chunks.take_ids(at) == token) & (turn + k < size)
+    # The last turn start at or before each run (the first one where there is none: then
+    # `last` is -1 and the run is an error whatever it reads).
     last = np.searchsorted(turn, runs.starts, side="right") - 1
-    row_start = offsets[runs.rows]
-    ok = last >= 0
-    ok[ok] &= turn[last[ok]] >= row_start[ok]
-    ok[ok] &= is_header[last[ok]] & (runs.starts[ok] >= turn[last[ok]] + len(header))
-    bad_rows = runs.rows[~ok]
-    error[bad_rows] = True
+    at = np.maximum(last, 0)
+    before = turn[at]
+    ok = (last >= 0) & (before >= offsets[runs.rows]) & is_header[at]
+    ok &= runs.starts >= before + len(header)
+    error[runs.rows[~ok]] = True
     return checked, error
 
 

@@ -8,7 +8,7 @@ rows); then, block by block of whole rows (~64K windows, cache-resident), keys a
 shifted views (no gathers), summed into fingerprints and sorted as uint32 with the row in the
 low bits. Nothing of the size of the batch is allocated past the compressed ids: every pass of
 a block runs in the CPU cache, and no large temporary is mapped and unmapped per batch (page
-faults were a quarter of the audit's time).
+faults were up to a quarter of the audit's time, measured).
 """
 
 from __future__ import annotations
