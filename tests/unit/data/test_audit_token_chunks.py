@@ -180,6 +180,21 @@ def test_mapped_arrow_files_read_back_every_batch_even_past_released_pages(
     assert pa.Table.from_batches(batches).equals(table.select(["input_ids", "loss_mask"]))
 
 
+def test_a_file_that_cannot_be_mapped_is_read_through_a_file_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_mmap(*args: object, **kwargs: object) -> None:
+        raise OSError("mmap not supported here")
+
+    monkeypatch.setattr(arrow_ipc.mmap, "mmap", no_mmap)
+    ids, masks = chat_rows(6, 300)
+    table = table_of(ids, masks, [])
+    path = tmp_path / "data.arrow"
+    write_ipc(path, table, file_format=False)
+    batches = list(iter_batches([str(path)], ["input_ids", "loss_mask"]))
+    assert pa.Table.from_batches(batches).equals(table.select(["input_ids", "loss_mask"]))
+
+
 def test_an_empty_arrow_file_is_bad_input_not_a_crash(tmp_path: Path) -> None:
     from dflash_trainer.data.errors import BadInputError
 

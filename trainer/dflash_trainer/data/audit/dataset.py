@@ -84,11 +84,15 @@ def resolve_files(path: str) -> list[str]:
 
 def _open_arrow(uri: str) -> ArrowIpc:
     """Local files from a memory map (no copy of the batches), others through Arrow's file
-    system (S3)."""
+    system (S3), and so is a local file that cannot be mapped (empty, or a file system without
+    mmap)."""
     if not is_s3_uri(uri):
         path = local_path(uri)
         if path.is_file() and path.stat().st_size:
-            return ArrowIpc.mapped(path)
+            try:
+                return ArrowIpc.mapped(path)
+            except (OSError, ValueError):
+                pass
     filesystem, fpath = arrow_filesystem(uri)
     return ArrowIpc(filesystem.open_input_file(fpath))
 
