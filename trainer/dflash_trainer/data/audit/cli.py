@@ -48,8 +48,10 @@ TOKENS_BATCH_ROWS = 16384
 # Completions carry their text and ids (thousands of tokens a row): smaller batches keep the
 # per-batch n-gram sort and text buffers well under the memory budget.
 COMPLETIONS_BATCH_ROWS = 2048
-# Arrow IPC files come in the writer's batches (1,000 rows for HF datasets): join them up to this.
-COALESCE_ROWS = 4096
+# Arrow IPC files come in the writer's batches (1,000 rows for HF datasets): join them up to this
+# (without a copy), the tokens gate's batch size: its calls are per table, its passes over the
+# tokens per chunk (~8% less time than 4,096-row tables, measured on the seed dataset).
+COALESCE_ROWS = TOKENS_BATCH_ROWS
 RUN_ROOT_INPUT = {"completions": "regen", "tokens": "tokenized"}
 
 

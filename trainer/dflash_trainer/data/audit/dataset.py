@@ -13,8 +13,16 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dflash_trainer.data.audit.arrow_ipc import ArrowIpc
 from dflash_trainer.data.errors import BadInputError, is_user_fixable
-from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
+from dflash_trainer.storage import (
+    StorageError,
+    arrow_filesystem,
+    is_s3_uri,
+    join_uri,
+    local_path,
+    store_for,
+)
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 TOKENIZED_MANIFEST = "_SUCCESS.json"
@@ -74,12 +82,19 @@ def resolve_files(path: str) -> list[str]:
     return files
 
 
-def _open_arrow(uri: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
+def _open_arrow(uri: str) -> ArrowIpc:
+    """Local files from a memory map (no copy of the batches), others through Arrow's file
+    system (S3), and so is a local file that cannot be mapped (empty, or a file system without
+    mmap)."""
+    if not is_s3_uri(uri):
+        path = local_path(uri)
+        if path.is_file() and path.stat().st_size:
+            try:
+                return ArrowIpc.mapped(path)
+            except (OSError, ValueError):
+                pass
     filesystem, fpath = arrow_filesystem(uri)
-    try:
-        return pa.ipc.open_file(filesystem.open_input_file(fpath))
-    except pa.ArrowInvalid:
-        return pa.ipc.open_stream(filesystem.open_input_file(fpath))
+    return ArrowIpc(filesystem.open_input_file(fpath))
 
 
 def read_schema(uri: str) -> pa.Schema:
@@ -177,15 +192,9 @@ def _file_batches(
     uri: str, columns: list[str], batch_rows: int, use_threads: bool
 ) -> Iterator[pa.RecordBatch]:
     if uri.endswith(".arrow"):
-        reader = _open_arrow(uri)
-        present = [c for c in columns if c in reader.schema.names]
-        if isinstance(reader, pa.ipc.RecordBatchFileReader):
-            batches: Iterator[pa.RecordBatch] = (
-                reader.get_batch(i) for i in range(reader.num_record_batches)
-            )
-        else:
-            batches = iter(reader)
-        for batch in batches:
+        source = _open_arrow(uri)
+        present = [c for c in columns if c in source.schema.names]
+        for batch in source.batches():
             yield batch.select(present)
         return
     filesystem, fpath = arrow_filesystem(uri)

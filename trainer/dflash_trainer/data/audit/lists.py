@@ -67,37 +67,29 @@ class Runs:
     rows: np.ndarray
 
 
-def is_row_boundary(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Which flat positions are the first position of a row (or the end of the data)."""
-    at = np.searchsorted(offsets, positions)
-    inside = at < len(offsets)
-    hit = np.zeros(len(positions), dtype=bool)
-    hit[inside] = offsets[at[inside]] == positions[inside]
-    return hit
-
-
 def runs_of_ones(flat: FlatList) -> Runs:
     """Every maximal run of ones, never crossing a row boundary.
 
-    Two passes over the tokens (a diff and its non-zeros); the rest is per run, not per token.
+    One comparison of neighbours over the tokens, with every row boundary marked as a change
+    too; a change is then a run's end where the token before it is 1 and a run's start where
+    the token after it is 1 (both at a boundary between two supervised rows). No sort, no
+    search per change: the rest is per run, not per token.
     """
     v = flat.values.astype(np.int8, copy=False)
-    if len(v) == 0:
+    n = len(v)
+    if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Runs(empty, empty, empty)
-    # flatnonzero of a bool array is ~6x faster than of the int8 diff (measured).
-    changes = np.flatnonzero(v[1:] != v[:-1])
-    rising = v[changes + 1] == 1
-    starts = changes[rising] + 1
-    ends = changes[~rising] + 1
-    # A change exactly at a row boundary belongs to the boundary rules below.
-    starts = starts[~is_row_boundary(starts, flat.offsets)]
-    ends = ends[~is_row_boundary(ends, flat.offsets)]
-    nonempty = flat.lengths > 0
-    row_starts = flat.offsets[:-1][nonempty]
-    row_ends = flat.offsets[1:][nonempty]
-    starts = np.sort(np.concatenate([starts, row_starts[v[row_starts] == 1]]))
-    ends = np.sort(np.concatenate([ends, row_ends[v[row_ends - 1] == 1]]))
+    changed = v[1:] != v[:-1]  # changed[i]: between tokens i and i + 1
+    inner = flat.offsets[1:-1]
+    changed[inner[(inner > 0) & (inner < n)] - 1] = True
+    after = np.flatnonzero(changed) + 1  # first token after each change
+    starts = after[v[after] == 1]
+    ends = after[v[after - 1] == 1]
+    if v[0] == 1:
+        starts = np.concatenate([[0], starts])
+    if v[-1] == 1:
+        ends = np.append(ends, n)
     return Runs(starts, ends, row_of(starts, flat.offsets))
 
 

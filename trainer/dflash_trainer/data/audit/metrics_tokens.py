@@ -15,14 +15,11 @@ import pyarrow as pa
 
 from dflash_trainer.data.audit.histogram import IntHistogram
 from dflash_trainer.data.audit.lists import (
-    FlatList,
     Runs,
     first_position,
     first_run_start,
-    flatten_list,
     longest_run,
     run_sums,
-    runs_of_ones,
 )
 from dflash_trainer.data.audit.metrics import (
     OVERALL,
@@ -35,9 +32,11 @@ from dflash_trainer.data.audit.metrics import (
     overall_histogram,
     ratio,
 )
-from dflash_trainer.data.audit.ngrams import ngram_stats
-from dflash_trainer.data.audit.text_keys import count_duplicates, duplicated_keys
+from dflash_trainer.data.audit.ngrams import NgramStats
+from dflash_trainer.data.audit.text_keys import distinct_counts, most_repeated
 from dflash_trainer.data.audit.thresholds import Thresholds
+from dflash_trainer.data.audit.token_chunks import TokenChunks, token_chunks
+from dflash_trainer.data.audit.token_scan import check_mask, scan_tokens
 from dflash_trainer.data.audit.vocab import VocabInfo
 
 COUNTERS = (
@@ -69,7 +68,11 @@ class TokenAuditSettings:
 
 
 def _reasoning_tokens(
-    ids: FlatList, start: np.ndarray, end: np.ndarray, opens: np.ndarray, vocab: VocabInfo | None
+    chunks: TokenChunks,
+    start: np.ndarray,
+    end: np.ndarray,
+    opens: np.ndarray,
+    vocab: VocabInfo | None,
 ) -> tuple[np.ndarray, bool]:
     """Reasoning tokens between each row's thinking start and `</think>` (0: none), and
     whether whitespace was told apart (`VocabInfo.trimmed_reasoning`)."""
@@ -78,36 +81,23 @@ def _reasoning_tokens(
     hi = np.where(has_end, end, 0)
     if vocab is None or not vocab.knows_whitespace:
         return np.maximum(hi - lo, 0), False
-    return vocab.trimmed_reasoning(ids.values, lo, hi), True
+    return vocab.trimmed_spans(chunks.take_row_ids, chunks.size, lo, hi), True
 
 
-def _supervised_loops(
-    ids: FlatList, mask: FlatList, runs: Runs, loop_share: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(measured, loop, fingerprint) per row, over each row's supervised tokens."""
-    stats = ngram_stats(ids.values, ids.offsets, mask.values, (runs.starts, runs.ends, runs.rows))
-    measured = stats.ngrams >= MIN_LOOP_NGRAMS
-    loop = measured & (stats.repeats > loop_share * np.maximum(stats.ngrams, 1))
-    return measured, loop, stats.fingerprints
-
-
-def find_tokens(values: np.ndarray, wanted: list[int]) -> dict[int, np.ndarray]:
-    """Flat positions of each wanted id, in one pass over the ids: control tokens (turn
-    starts, think tags) sit above the text vocabulary in the tokenizers we target, so the
-    candidates above the smallest wanted id are few, and each id is picked from those."""
-    floor = min(wanted)
-    candidates = np.flatnonzero(values >= floor)
-    found = values[candidates]
-    return {token: candidates[found == token] for token in wanted}
+def _supervised_loops(ngrams: NgramStats, loop_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(measured, loop) per row, from the 4-grams of each row's supervised tokens."""
+    measured = ngrams.ngrams >= MIN_LOOP_NGRAMS
+    loop = measured & (ngrams.repeats > loop_share * np.maximum(ngrams.ngrams, 1))
+    return measured, loop
 
 
 def _mask_errors(
-    ids: FlatList,
-    mask: FlatList,
+    chunks: TokenChunks,
     runs: Runs,
-    rows: int,
+    first_one: np.ndarray,
     vocab: VocabInfo | None,
-    turn: np.ndarray | None,
+    turn: np.ndarray,
+    turn_supervised: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(checked, error) per row: supervision outside assistant answers.
 
@@ -115,31 +105,33 @@ def _mask_errors(
     after a complete assistant header, with no turn start between them, and no turn-start token
     may be supervised. Without it: only a row whose first token is supervised is an error.
     """
-    checked = mask.lengths > 0
-    first_supervised = mask.values[mask.offsets[:-1][checked]] == 1
-    error = np.zeros(rows, dtype=bool)
-    error[checked] = first_supervised
+    offsets = chunks.offsets
+    checked = chunks.lengths > 0
+    # A row's first token is supervised when its first run starts there (-1: no run).
+    error = checked & (first_one == offsets[:-1])
     header = vocab.assistant_header if vocab is not None else ()
-    if not header or len(ids.values) == 0:
+    size = chunks.size
+    if not header or size == 0:
         return checked, error
-    if turn is None:
-        turn = np.flatnonzero(ids.values == header[0])
     if len(turn):
-        supervised_turn = turn[mask.values[turn] == 1]
-        error[np.unique(np.searchsorted(ids.offsets, supervised_turn, side="right") - 1)] = True
+        error[np.searchsorted(offsets, turn[turn_supervised], side="right") - 1] = True
     if len(runs.starts) == 0:
+        return checked, error
+    if len(turn) == 0:  # no header anywhere: every supervised run is an error
+        error[runs.rows] = True
         return checked, error
     is_header = np.ones(len(turn), dtype=bool)
     for k, token in enumerate(header[1:], start=1):
-        at = np.minimum(turn + k, len(ids.values) - 1)
-        is_header &= (ids.values[at] == token) & (turn + k < len(ids.values))
+        at = np.minimum(turn + k, size - 1)
+        is_header &= (chunks.take_ids(at) == token) & (turn + k < size)
+    # The last turn start at or before each run (the first one where there is none: then
+    # `last` is -1 and the run is an error whatever it reads).
     last = np.searchsorted(turn, runs.starts, side="right") - 1
-    row_start = ids.offsets[runs.rows]
-    ok = last >= 0
-    ok[ok] &= turn[last[ok]] >= row_start[ok]
-    ok[ok] &= is_header[last[ok]] & (runs.starts[ok] >= turn[last[ok]] + len(header))
-    bad_rows = runs.rows[~ok]
-    error[bad_rows] = True
+    at = np.maximum(last, 0)
+    before = turn[at]
+    ok = (last >= 0) & (before >= offsets[runs.rows]) & is_header[at]
+    ok &= runs.starts >= before + len(header)
+    error[runs.rows[~ok]] = True
     return checked, error
 
 
@@ -147,26 +139,33 @@ def token_features(
     batch: pa.RecordBatch, settings: TokenAuditSettings, thresholds: Thresholds
 ) -> dict[str, np.ndarray]:
     """Per-row features of one batch (each array has one entry per row)."""
-    mask = flatten_list(batch.column("loss_mask"), np.int8)
-    rows = mask.rows
-    if len(mask.values) and (mask.values.min() < 0 or mask.values.max() > 1):
-        raise ValueError("loss_mask values must be 0 or 1")
-    runs = runs_of_ones(mask)
+    names = batch.schema.names
+    with_ids = "input_ids" in names
+    ids_column = batch.column("input_ids") if with_ids else None
+    chunks = token_chunks(batch.column("loss_mask"), ids_column)
+    check_mask(chunks)
+    rows = chunks.rows
+    vocab = settings.vocab
+    think_end = settings.think_end_id if vocab is None else vocab.think_end
+    think_start = settings.think_start_id if vocab is None else vocab.think_start
+    header = vocab.assistant_header if vocab is not None else ()
+    wanted = [t for t in (think_end, header[0] if header else None) if t is not None]
+    scan = scan_tokens(chunks, wanted if with_ids else [])
+    runs = scan.runs
     sums = run_sums(runs, rows)
     feats: dict[str, np.ndarray] = {
         "mask_sum": sums,
-        "seq_len": mask.lengths,
+        "seq_len": chunks.lengths,
         "stub": sums < thresholds.stub_tokens,
         "no_anchor": longest_run(runs, rows) < settings.block_size + 1,
     }
-    names = batch.schema.names
     if "truncated" in names:
         col = batch.column("truncated")
         feats["truncation_known"] = np.ones(rows, dtype=bool)
         feats["truncated"] = col.fill_null(False).to_numpy(zero_copy_only=False)
     elif settings.max_seq_len:
         feats["truncation_known"] = np.ones(rows, dtype=bool)
-        feats["truncated"] = mask.lengths >= settings.max_seq_len
+        feats["truncated"] = chunks.lengths >= settings.max_seq_len
     if "retokenize_drift" in names:
         col = batch.column("retokenize_drift")
         feats["drift_checked"] = col.is_valid().to_numpy(zero_copy_only=False)
@@ -175,27 +174,17 @@ def token_features(
         feats["answer_truncated"] = (
             batch.column("answer_truncated").fill_null(False).to_numpy(zero_copy_only=False)
         )
-    if "input_ids" not in names:
+    if scan.ngrams is None:
         return feats
-    ids = flatten_list(batch.column("input_ids"), np.int32)
-    if len(ids.values) and int(ids.values.min()) < 0:
-        raise ValueError("input_ids must be token ids >= 0 (found a negative id)")
-    vocab = settings.vocab
-    think_end = settings.think_end_id if vocab is None else vocab.think_end
-    think_start = settings.think_start_id if vocab is None else vocab.think_start
-    header = vocab.assistant_header if vocab is not None else ()
-    wanted = [t for t in (think_end, header[0] if header else None) if t is not None]
-    positions = find_tokens(ids.values, wanted) if wanted else {}
+    start = first_run_start(runs, rows)
     if think_end is not None:
-        hits = positions[think_end]
-        end = first_position(hits[mask.values[hits] == 1], ids.offsets, rows)
-        start = first_run_start(runs, rows)
+        hits = scan.found[think_end]
+        end = first_position(hits[scan.supervised[think_end]], chunks.offsets, rows)
         opens = np.zeros(rows, dtype=np.int64)
-        if think_start is not None:
-            valid = start >= 0
-            opens[valid] = ids.values[start[valid]] == think_start
+        if think_start is not None:  # a row without supervision has no start to read
+            opens[:] = (start >= 0) & (chunks.take_row_ids(start) == think_start)
         has_end = end >= 0
-        thinking, exact = _reasoning_tokens(ids, start, end, opens, vocab)
+        thinking, exact = _reasoning_tokens(chunks, start, end, opens, vocab)
         if not exact:  # the template's newlines are in the count: correct for them
             thinking = np.maximum(thinking - TEMPLATE_NEWLINES, 0)
         feats["thinking_tokens"] = thinking
@@ -205,10 +194,15 @@ def token_features(
         feats["near_empty_thinking"] = (
             has_end & (thinking > 0) & (thinking < thresholds.min_thinking_tokens)
         )
-    measured, loop, keys = _supervised_loops(ids, mask, runs, thresholds.loop_ngram_share)
-    feats["loop_measured"], feats["loop"], feats["span_key"] = measured, loop, keys
-    turn = positions.get(header[0]) if header else None
-    feats["mask_checked"], feats["mask_error"] = _mask_errors(ids, mask, runs, rows, vocab, turn)
+    measured, loop = _supervised_loops(scan.ngrams, thresholds.loop_ngram_share)
+    feats["loop_measured"], feats["loop"] = measured, loop
+    feats["span_key"] = scan.ngrams.fingerprints
+    no_turns = np.zeros(0, dtype=np.int64)
+    turn = scan.found[header[0]] if header else no_turns
+    turn_supervised = scan.supervised[header[0]] if header else no_turns.astype(bool)
+    feats["mask_checked"], feats["mask_error"] = _mask_errors(
+        chunks, runs, start, vocab, turn, turn_supervised
+    )
     return feats
 
 
@@ -295,8 +289,10 @@ class TokensAccumulator:
             counts["repetition_rate"] = (get["loop"], get["loop_measured"])
         if get["mask_checked"]:
             counts["mask_error_rate"] = (get["mask_error"], get["mask_checked"])
-        duplicates = count_duplicates(keys) if keys is not None else None
-        if duplicates is not None:
+        distinct, duplicates = None, 0
+        if keys is not None:  # one sort gives the count and the most repeated keys
+            distinct = distinct_counts(keys)
+            duplicates = len(keys) - len(distinct[0])  # rows whose key an earlier row has
             counts["duplicate_completion_rate"] = (float(duplicates), n)
         values = {"samples": n} | {k: ratio(ev, tr) for k, (ev, tr) in counts.items()}
         values |= floor_values  # the floors' values are the percentiles, not the shares
@@ -314,8 +310,8 @@ class TokensAccumulator:
         }
         if thinking is not None:
             details["thinkingTokens"] = thinking.summary()
-        if keys is not None:
-            dup_keys, dup_counts = duplicated_keys(keys, DUPLICATES_SHOWN)
+        if distinct is not None:
+            dup_keys, dup_counts = most_repeated(*distinct, DUPLICATES_SHOWN)
             details["duplicates"] = {
                 "exact": duplicates,
                 "mostRepeated": [

@@ -3,8 +3,12 @@
 tokens (exact duplicates).
 
 Only windows whose 4 tokens are all counted (supervised, for the tokens gate) and in one row
-are used. Keys come from shifted views of the flat id array (no gathers), are compressed once,
-and sorted once per batch as uint32 with the row in the low bits.
+are used. The counted tokens are compressed once into "pieces" (runs of counted tokens, or whole
+rows); then, block by block of whole rows (~64K windows, cache-resident), keys are computed from
+shifted views (no gathers), summed into fingerprints and sorted as uint32 with the row in the
+low bits. Nothing of the size of the batch is allocated past the compressed ids: every pass of
+a block runs in the CPU cache, and no large temporary is mapped and unmapped per batch (page
+faults were up to a quarter of the audit's time, measured).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from dflash_trainer.data.audit.lists import FlatList, runs_of_ones
 
 # Repetition is measured on 4-grams of token ids, as in "seq-rep-4" (Welleck et al. 2019,
 # Neural Text Generation with Unlikelihood Training): human text repeats a few percent of its
@@ -24,86 +30,20 @@ NGRAM = 4
 _M = 0x9E3779B1
 MULTIPLIER = np.uint32(_M)
 MULTIPLIER_2 = np.uint32(_M * _M % (1 << 32))
-MULTIPLIER_3 = np.uint32(_M * _M * _M % (1 << 32))
-# Sort keys are uint32: the low 14 bits hold the row inside the batch, 18 bits of hash are
+# Sort keys are uint32: the low 14 bits hold the row inside the block, 18 bits of hash are
 # left. False repeats grow as n^2 / 2^19: ~0.8% of the 4-grams of a 4,096-token row, ~2% of a
 # 10,000-token one: far under the loop threshold (half of them repeated).
 ROW_BITS = 14
-MAX_ROWS_PER_SORT = 1 << ROW_BITS
-ROW_MASK = np.uint32(MAX_ROWS_PER_SORT - 1)
-HASH_MASK = np.uint32(0xFFFFFFFF ^ (MAX_ROWS_PER_SORT - 1))
+ROW_MASK = np.uint32((1 << ROW_BITS) - 1)
+HASH_MASK = np.uint32(0xFFFFFFFF ^ ((1 << ROW_BITS) - 1))
+# Windows that cross a piece's end take this sort key: row bits no real row of a block has
+# (a block holds at most ROW_MASK rows), so their counts land in a bin that is dropped.
+NOT_A_WINDOW = ROW_MASK
+MAX_ROWS_PER_SORT = int(ROW_MASK)
 FINGERPRINT_SEED = np.uint64(0x9E3779B97F4A7C15)
-
-
-# Keys are computed in blocks that stay in the CPU cache with their temporaries: 3.5x faster
-# than whole-array passes over a batch of millions of tokens (measured on a 2-core VM).
-CACHE_BLOCK = 1 << 18
-# Sorting many small blocks of whole rows beats one big sort (fewer levels, cache-resident).
+# Sorting many small blocks of whole rows beats one big sort (fewer levels, cache-resident);
+# the keys of a block and their temporaries stay in the CPU cache too.
 SORT_BLOCK = 1 << 16
-
-
-def contiguous_keys(v: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """uint32 hash of the 4 ids starting at each position where `valid` holds, in order:
-    computed from shifted views (no gathers), block by block, then compressed once."""
-    n = len(v) - (NGRAM - 1)
-    keys = np.empty(n, dtype=np.uint32)
-    pairs = np.empty(min(n, CACHE_BLOCK) + 2, dtype=np.uint32)
-    for lo in range(0, n, CACHE_BLOCK):
-        hi = min(lo + CACHE_BLOCK, n)
-        # pair[i] = v[i] * M + v[i+1]; key[i] = pair[i] * M^2 + pair[i+2] = the 4-id polynomial
-        pair = pairs[: hi - lo + 2]
-        np.multiply(v[lo : hi + 2], MULTIPLIER, out=pair)
-        pair += v[lo + 1 : hi + 3]
-        out = keys[lo:hi]
-        np.multiply(pair[:-2], MULTIPLIER_2, out=out)
-        out += pair[2:]
-    mixed: np.ndarray = keys[valid]
-    mixed *= MULTIPLIER
-    return mixed
-
-
-def _window_starts(ends: np.ndarray, n: int) -> np.ndarray:
-    """Valid window starts of a flat array cut into pieces ending at `ends`: a window that
-    starts in the last 3 tokens of a piece crosses into the next one."""
-    valid = np.ones(max(n - (NGRAM - 1), 0), dtype=bool)
-    crossing = (ends[:, None] - np.arange(1, NGRAM)).ravel()
-    valid[crossing[(crossing >= 0) & (crossing < len(valid))]] = False
-    return valid
-
-
-def _keys_of_rows(
-    v: np.ndarray, offsets: np.ndarray, counted: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Keys of the windows inside each row (all of a row's tokens, or those `counted` marks)."""
-    valid = _window_starts(offsets[1:], len(v))
-    if counted is None:
-        per_row = np.maximum(np.diff(offsets) - (NGRAM - 1), 0)
-    else:
-        c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
-        valid &= c[:-3] & c[1:-2] & c[2:-1] & c[3:]
-        per_row = np.diff(np.searchsorted(np.flatnonzero(valid), offsets))
-    return contiguous_keys(v, valid), per_row
-
-
-def _keys_of_runs(
-    v: np.ndarray,
-    counted: np.ndarray,
-    runs: tuple[np.ndarray, np.ndarray, np.ndarray],
-    rows: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Keys of the windows inside each run of counted tokens, computed on the counted tokens
-    alone (compressed once): the keys of a prompt are never computed (half the tokens of a
-    chat dataset). Runs never cross a row, so the windows are the same as `_keys_of_rows`."""
-    starts, ends, run_rows = runs
-    c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
-    kept = v[c]
-    valid = _window_starts(np.cumsum(ends - starts), len(kept))
-    # windows of a run of ones: its length - 3
-    windows = np.maximum(ends - starts - (NGRAM - 1), 0)
-    per_row = np.bincount(run_rows, weights=windows, minlength=rows).astype(np.int64)
-    if len(kept) < NGRAM:
-        return np.zeros(0, dtype=np.uint32), per_row
-    return contiguous_keys(kept, valid), per_row
 
 
 @dataclass(frozen=True)
@@ -125,39 +65,105 @@ def ngram_stats(
     `runs` are its runs of ones as (starts, ends, row) when the caller has them already.
     """
     rows = len(offsets) - 1
-    zeros = np.zeros(rows, dtype=np.int64)
     if len(values) < NGRAM:
+        zeros = np.zeros(rows, dtype=np.int64)
         return NgramStats(zeros, zeros.copy(), np.zeros(rows, dtype=np.uint64))
     # int32 ids are reinterpreted, not copied.
     v = values.view(np.uint32) if values.dtype == np.int32 else values.astype(np.uint32)
-    if counted is not None and runs is not None:
-        mixed, per_row = _keys_of_runs(v, counted, runs, rows)
-    else:
-        mixed, per_row = _keys_of_rows(v, offsets, counted)
-    # Fingerprint: the sum of the row's 4-gram hashes (64-bit, so sums do not wrap) and
-    # their count: equal token sequences, equal fingerprints.
+    if counted is None:
+        lengths = np.diff(offsets)
+        whole = lengths > 0
+        return piece_stats(v, lengths[whole], np.flatnonzero(whole), rows)
+    c = counted.view(bool) if counted.dtype in (np.int8, np.uint8) else counted.astype(bool)
+    if runs is None:
+        found = runs_of_ones(FlatList(c.view(np.int8), offsets))
+        runs = (found.starts, found.ends, found.rows)
+    starts, ends, run_rows = runs
+    # The counted tokens alone (the keys of a prompt are never computed: half the tokens of a
+    # chat dataset); runs never cross a row, so the windows are the same as on whole rows.
+    return piece_stats(v[c], ends - starts, run_rows, rows)
+
+
+def piece_stats(
+    ids: np.ndarray, lengths: np.ndarray, piece_rows: np.ndarray, rows: int
+) -> NgramStats:
+    """Statistics of `ids` (uint32) cut into non-empty pieces of `lengths` (in order, tiling
+    `ids`), each belonging to a row of `piece_rows` (non-decreasing): a window is valid when its
+    4 tokens lie in one piece. The tokens gate passes the supervised ids of a table and the
+    loss mask's runs."""
+    windows = np.maximum(lengths - (NGRAM - 1), 0)
+    per_row = np.bincount(piece_rows, weights=windows, minlength=rows).astype(np.int64)
+    row_sizes = np.bincount(piece_rows, weights=lengths, minlength=rows).astype(np.int64)
+    row_ends = np.cumsum(row_sizes)
+    # The last 3 positions of each piece start windows that leave it (clipped to the piece:
+    # duplicates are harmless), in piece order, so each block's are a contiguous slice.
+    piece_ends = np.cumsum(lengths)
+    tails = np.maximum(piece_ends[:, None] - np.arange(1, NGRAM), (piece_ends - lengths)[:, None])
     fingerprints = per_row.astype(np.uint64) * FINGERPRINT_SEED
-    has = per_row > 0
-    starts = (np.cumsum(per_row) - per_row)[has]
-    if len(mixed):
-        fingerprints[has] += np.add.reduceat(mixed, starts, dtype=np.uint64)
     repeats = np.zeros(rows, dtype=np.int64)
-    window_ends = np.cumsum(per_row)
-    # One buffer for every block's keys, sorted in place (np.sort would copy each block).
-    buffer = np.empty(min(len(mixed), SORT_BLOCK + int(per_row.max(initial=0))), np.uint32)
+    n = len(ids)
+    size = min(n, SORT_BLOCK + int(row_sizes.max(initial=0)))
+    keys = np.empty(size, dtype=np.uint32)
+    pairs = np.empty(size + 2, dtype=np.uint32)
+    sort_keys = np.empty(size, dtype=np.uint32)
     first = 0
     while first < rows:
-        # Whole rows, about SORT_BLOCK keys (and at most MAX_ROWS_PER_SORT rows) per sort.
-        lo = int(window_ends[first] - per_row[first])
-        last = int(np.searchsorted(window_ends, lo + SORT_BLOCK, side="right"))
+        # Whole rows, about SORT_BLOCK positions (and at most MAX_ROWS_PER_SORT rows) a block.
+        lo = int(row_ends[first] - row_sizes[first])
+        last = int(np.searchsorted(row_ends, lo + SORT_BLOCK, side="right"))
         last = min(max(last, first + 1), first + MAX_ROWS_PER_SORT, rows)
-        hi = int(window_ends[last - 1])
-        if hi - lo >= 2:
-            key = buffer[: hi - lo]
-            np.bitwise_and(mixed[lo:hi], HASH_MASK, out=key)
-            key |= np.repeat(np.arange(last - first, dtype=np.uint32), per_row[first:last])
-            key.sort()
-            same = key[1:] == key[:-1]
-            repeats[first:last] = np.bincount(key[1:][same] & ROW_MASK, minlength=last - first)
+        hi = int(row_ends[last - 1])
+        if hi > lo:
+            block = keys[: hi - lo]
+            _window_keys(ids, lo, hi, block, pairs)
+            p0, p1 = np.searchsorted(piece_rows, (first, last))
+            not_windows = tails[p0:p1].ravel() - lo
+            block[not_windows] = 0
+            sizes = row_sizes[first:last]
+            _add_row_sums(fingerprints[first:last], block, sizes)
+            _count_repeats(repeats[first:last], block, sizes, not_windows, sort_keys[: hi - lo])
         first = last
-    return NgramStats(per_row.astype(np.int64), repeats, fingerprints)
+    return NgramStats(per_row, repeats, fingerprints)
+
+
+def _window_keys(ids: np.ndarray, lo: int, hi: int, out: np.ndarray, pairs: np.ndarray) -> None:
+    """Key of the 4 ids starting at each position of [lo, hi), into `out`; positions with no
+    full window before the end of `ids` get 0. From shifted views: no gathers."""
+    end = min(hi, len(ids) - (NGRAM - 1))
+    count = end - lo
+    if count > 0:
+        # pair[i] = v[i] * M + v[i+1]; key[i] = (pair[i] * M^2 + pair[i+2]) * M
+        pair = pairs[: count + 2]
+        np.multiply(ids[lo : end + 2], MULTIPLIER, out=pair)
+        pair += ids[lo + 1 : end + 3]
+        keys = out[:count]
+        np.multiply(pair[:-2], MULTIPLIER_2, out=keys)
+        keys += pair[2:]
+        keys *= MULTIPLIER
+    out[max(count, 0) :] = 0
+
+
+def _add_row_sums(fingerprints: np.ndarray, keys: np.ndarray, sizes: np.ndarray) -> None:
+    """Fingerprint: the sum of the row's 4-gram keys (64-bit, so sums do not wrap) on top of
+    the count already there: equal token sequences, equal fingerprints."""
+    has = sizes > 0
+    starts = (np.cumsum(sizes) - sizes)[has]
+    fingerprints[has] += np.add.reduceat(keys, starts, dtype=np.uint64)
+
+
+def _count_repeats(
+    repeats: np.ndarray,
+    keys: np.ndarray,
+    sizes: np.ndarray,
+    not_windows: np.ndarray,
+    buffer: np.ndarray,
+) -> None:
+    """Per row, the windows whose hash equals an earlier one's of the row: one in-place sort of
+    (hash, row) keys, equal neighbours counted per row."""
+    rows = len(sizes)
+    np.bitwise_and(keys, HASH_MASK, out=buffer)
+    buffer |= np.repeat(np.arange(rows, dtype=np.uint32), sizes)
+    buffer[not_windows] = NOT_A_WINDOW
+    buffer.sort()
+    same = buffer[1:] == buffer[:-1]
+    repeats[:] = np.bincount(buffer[1:][same] & ROW_MASK, minlength=rows)[:rows]

@@ -133,14 +133,30 @@ def completion_texts(reasoning: pa.Array | None, response: pa.Array) -> pa.Array
 
 def count_duplicates(keys: np.ndarray) -> int:
     """Rows whose key appeared on an earlier row (n - distinct)."""
-    return int(len(keys) - len(np.unique(keys))) if len(keys) else 0
+    return len(keys) - len(distinct_counts(keys)[0])
+
+
+def distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys in ascending order and how many rows carry each (`np.unique` with
+    counts): one sort. numpy's `np.unique` of integers hashes them instead, measured ~5x slower
+    here (0.13 s of the seed audit's 914K fingerprints)."""
+    if len(keys) == 0:
+        return keys[:0], np.zeros(0, dtype=np.int64)
+    ordered = np.sort(keys)
+    firsts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    counts = np.diff(np.append(firsts, len(ordered)))
+    return ordered[firsts], counts
 
 
 def duplicated_keys(keys: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """The most repeated keys (up to `limit`) and how many rows carry each."""
-    if len(keys) == 0:
-        return keys[:0], np.zeros(0, dtype=np.int64)
-    values, counts = np.unique(keys, return_counts=True)
+    return most_repeated(*distinct_counts(keys), limit)
+
+
+def most_repeated(
+    values: np.ndarray, counts: np.ndarray, limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of `distinct_counts`, the keys on more than one row, most rows first (up to `limit`)."""
     repeated = counts > 1
     values, counts = values[repeated], counts[repeated]
     order = np.argsort(counts, kind="stable")[::-1][:limit]
