@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 from dflash_operator.api.constants import ConditionStatus, ConditionType, Phase, Reason, Stage
 from dflash_operator.api.status import DFlashRunStatus, build_condition
-from dflash_operator.api.status_parts import AuditViolation, RegenerationProgress, StageProgress
+from dflash_operator.api.status_parts import (
+    AuditViolation,
+    ModelCopyResult,
+    RegenerationProgress,
+    StageProgress,
+)
 from dflash_operator.cli.annotate import build_retry
 from dflash_operator.cli.audit import violation_text
 from dflash_operator.cli.errors import CliError
@@ -85,6 +90,30 @@ def test_a_stage_given_in_the_spec_is_skipped_and_the_next_one_runs() -> None:
     assert states[Stage.REGEN] == StageState.SKIPPED
     assert states[Stage.AUDIT_COMPLETIONS] == StageState.RUNNING
     assert states[Stage.TOKENIZE] == StageState.WAITING
+
+
+def test_the_model_copy_is_a_stage_only_for_runs_that_have_one() -> None:
+    copying = DFlashRunStatus(phase=Phase.FETCHING_MODEL)
+    states = {line.stage: line.state for line in summarize(run_with(copying), NOW).stages}
+    assert states[Stage.MODEL] == StageState.RUNNING
+    assert states[Stage.REGEN] == StageState.WAITING
+
+    copied = DFlashRunStatus(
+        phase=Phase.REGENERATING,
+        conditions=[
+            condition(ConditionType.MODEL_FETCHED, ConditionStatus.TRUE, Reason.STAGE_SUCCEEDED, 60)
+        ],
+        stages=StageProgress(
+            model=ModelCopyResult(revision="3f" * 20, files=7, bytes=16_400_000_000)
+        ),
+    )
+    lines = {line.stage: line for line in summarize(run_with(copied), NOW).stages}
+    assert lines[Stage.MODEL].state == StageState.DONE
+    assert "7 files" in lines[Stage.MODEL].detail and "16.4 GB" in lines[Stage.MODEL].detail
+    assert lines[Stage.REGEN].state == StageState.RUNNING
+
+    own = DFlashRunStatus(phase=Phase.REGENERATING)  # a target on S3: nothing to copy
+    assert Stage.MODEL not in {line.stage for line in summarize(run_with(own), NOW).stages}
 
 
 def test_a_suspended_run_marks_the_stage_it_paused() -> None:
