@@ -32,6 +32,7 @@ from dflash_operator.api.status_parts import (
     ChildRef,
     EvaluationResult,
     GpuHours,
+    ModelCopyResult,
     RegenerationProgress,
     StageProgress,
     TokenizationResult,
@@ -95,6 +96,13 @@ def full_status() -> DFlashRunStatus:
         audit_verdict=format_audit_verdict(audit),
         node_pools=format_node_pools({"regen": "b200", "train": "rtx-pro-6000"}),
         stages=StageProgress(
+            model=ModelCopyResult(
+                uri="s3://b/p/ns/r/uid/model",
+                revision="3f2a9c1" + "0" * 33,
+                files=9,
+                bytes=16_400_000_000,
+                fetched_bytes=16_400_000_000,
+            ),
             canary=RegenerationProgress(
                 shards_done=1,
                 shards_total=1,
