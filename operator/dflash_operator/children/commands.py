@@ -25,6 +25,10 @@ TERMINATION_LOG = "/dev/termination-log"
 CANARY_FOLDER = "canary"
 # The run's copy of a target named by its Hub id (dflash_trainer.model.fetch), under the run root.
 MODEL_FOLDER = "model"
+# Likelihood scores (dflash_trainer.data.likelihood): the canary's own sample, and the score
+# stage's sample of imported completions.
+CANARY_SCORES = f"{CANARY_FOLDER}/likelihood"
+SAMPLE_SCORES = "likelihood/sample"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"
 
@@ -116,10 +120,13 @@ def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
 
 
 def build_canary_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
-    """The canary: the same engine and sampling as the shards, on a fixed sample per source."""
+    """The canary: the same engine and sampling as the shards, on a fixed sample per source,
+    which it then scores under the target it loaded (tokenized as training will see it)."""
     return [
         *_regenerate_args(spec, run_root),
         "--canary-samples-per-source", str(spec.regeneration.canary.samples_per_source),
+        "--score-likelihood",
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 
@@ -158,6 +165,23 @@ def _canary_input(gate: Gate, run_root: str) -> list[str]:
     return [f"{root}/{CANARY_FOLDER}/regen", "--out", f"{root}/audit/{Gate.CANARY.value}"]
 
 
+def scores_folder(spec: DFlashRunSpec) -> str | None:
+    """Where a run's likelihood scores are, relative to its root: the canary's when it has
+    one, the score stage's for imported completions, else none (the gates skip the check;
+    training still monitors)."""
+    regen = spec.regeneration
+    if regen.enabled:
+        return CANARY_SCORES if regen.canary.samples_per_source > 0 else None
+    return SAMPLE_SCORES if spec.audit.likelihood.samples_per_source > 0 else None
+
+
+def _scores(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
+    folder = CANARY_SCORES if gate == Gate.CANARY else scores_folder(spec)
+    if folder is None or gate == Gate.PROMPTS:
+        return []
+    return ["--scores", f"{escape(run_root).rstrip('/')}/{folder}"]
+
+
 def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
     """`python -m dflash_trainer.data.audit --gate <gate>`: exit 0 pass, 3 fail."""
     return [
@@ -171,6 +195,7 @@ def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         *(_generation_limit(spec) if gate in (Gate.COMPLETIONS, Gate.CANARY) else []),
         *([] if spec.target.thinking else ["--no-thinking"]),
+        *_scores(spec, gate, run_root),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 

@@ -48,9 +48,24 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     for check, rows_ in report.examples.items():
         if rows_:
             first = rows_[0]
-            key: str = next(
-                k for k in ("supervised", "response", "supervisedIds", "where") if k in first
+            found = next(
+                (
+                    k
+                    for k in (
+                        "supervised",
+                        "response",
+                        "supervisedIds",
+                        "where",
+                        "marked",
+                        "leastLikely",
+                    )
+                    if k in first
+                ),  # fmt: skip
+                None,
             )
+            if found is None:
+                continue
+            key: str = found
             if check in TAIL_CHECKS:
                 key = next((k for k in ("supervisedTail", "responseTail") if k in first), key)
             shown = first[key]

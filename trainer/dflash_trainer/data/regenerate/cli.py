@@ -363,19 +363,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from dflash_trainer.data.regenerate.canary_scores import build_rule, score_canary
 
         scores = score_canary(args, store, runner.target, runner.engine, build_rule(sampling))
-    return scores | base | {
-        "ok": True,
-        "skipped": False,
-        "samples": manifest["samples"],
-        "outputTokens": manifest["outputTokens"],
-        "resumedFrom": counts.already_done,
-        "overlongPrompts": counts.overlong,
-        "malformedRows": stats.total("malformed"),
-        "fromCanary": counts.from_canary,
-        "message": f"{label} committed: {manifest['samples']} rows, {manifest['outputTokens']} "
-        f"output tokens"
-        + (f" ({counts.from_canary} samples from the canary)" if counts.from_canary else ""),
-    }
+    return (
+        scores
+        | base
+        | {
+            "ok": True,
+            "skipped": False,
+            "samples": manifest["samples"],
+            "outputTokens": manifest["outputTokens"],
+            "resumedFrom": counts.already_done,
+            "overlongPrompts": counts.overlong,
+            "malformedRows": stats.total("malformed"),
+            "fromCanary": counts.from_canary,
+            "message": f"{label} committed: {manifest['samples']} rows, {manifest['outputTokens']} "
+            f"output tokens"
+            + (f" ({counts.from_canary} samples from the canary)" if counts.from_canary else ""),
+        }
+    )
 
 
 def score_committed_canary(
