@@ -138,14 +138,12 @@ def print_likelihood(console: Console, report: dict[str, Any]) -> None:
     target is least likely to have written, its least likely tokens marked."""
     info = report.get("likelihood") or {}
     if info.get("skipped"):
-        console.print(f"
-target likelihood: skipped ({info['skipped']})")
+        console.print(f"\ntarget likelihood: skipped ({info['skipped']})")
         return
     table = build_likelihood_table(report)
     if table is None:
         return
-    console.print(f"
-target likelihood ({info.get('scorer')}, {info.get('sampling')}):")
+    console.print(f"\ntarget likelihood ({info.get('scorer')}, {info.get('sampling')}):")
     console.print(table)
     least = info.get("leastLikely") or {}
     worst = [row for rows in least.values() for row in rows[:1] if row.get("offDistribution")]

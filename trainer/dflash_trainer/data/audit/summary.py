@@ -48,21 +48,8 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     for check, rows_ in report.examples.items():
         if rows_:
             first = rows_[0]
-            found = next(
-                (
-                    k
-                    for k in (
-                        "supervised",
-                        "response",
-                        "supervisedIds",
-                        "where",
-                        "marked",
-                        "leastLikely",
-                    )
-                    if k in first
-                ),  # fmt: skip
-                None,
-            )
+            shown_keys = ("supervised", "response", "supervisedIds", "where", "marked")
+            found = next((k for k in shown_keys if k in first), None)
             if found is None:
                 continue
             key: str = found
