@@ -8,15 +8,13 @@ calls it on the hidden states its target forward already produced.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
 from dflash_trainer.data.likelihood.rule import SamplingRule, token_stats
-from dflash_trainer.data.likelihood.scores import PROMPT_TAIL_TOKENS, RowScores
+from dflash_trainer.data.likelihood.types import RowScores, TokenizedRow
 
 # LM-head rows per chunk: 1,024 x a 152K vocabulary is 0.6 GB of float32 logits.
 HEAD_CHUNK_ROWS = 1024
@@ -60,14 +58,6 @@ def score_positions(
         return PositionScores(empty, empty.long(), empty, empty, empty)
     joined = [torch.cat(column) for column in zip(*parts, strict=True)]
     return PositionScores(*joined)
-
-
-@dataclass(frozen=True)
-class TokenizedRow:
-    id: str
-    source: str
-    input_ids: Sequence[int]
-    loss_mask: Sequence[int]
 
 
 def _batches(rows: list[TokenizedRow], budget: int) -> list[list[int]]:
@@ -131,8 +121,7 @@ class HfScorer:
         start = 0
         for row, count in zip(rows, counts, strict=True):
             end = start + int(count)
-            first = next((t for t, m in enumerate(row.loss_mask) if m), len(row.loss_mask))
-            tail = np.asarray(row.input_ids[max(0, first - PROMPT_TAIL_TOKENS) : first])
+            tail = row.prompt_tail
             lp, rank, gap, mu, var = (c[start:end] for c in columns)
             out.append(
                 RowScores(row.id, row.source, tail, targets[start:end], lp, rank, gap, mu, var)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dflash_trainer.data.likelihood.hf_scorer import TokenizedRow
+from dflash_trainer.data.likelihood.types import TokenizedRow
 
 COMPLETION_COLUMNS = ["id", "source", "prompt", "response", "reasoning", "output_token_ids",
                       "finish_reason", "num_output_tokens"]  # fmt: skip

@@ -20,12 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.types import RowScores
 from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
 
 SCORES_FILE = "scores.parquet"
 META_KEY = b"dflash.likelihood"
-# Prompt tokens kept before each row's answer: the context a reader needs to see a wrong prompt.
-PROMPT_TAIL_TOKENS = 48
 SCORES_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string()),
@@ -39,21 +38,6 @@ SCORES_SCHEMA = pa.schema(
         pa.field("var", pa.list_(pa.float32())),
     ]
 )
-
-
-@dataclass
-class RowScores:
-    """One row's supervised tokens and what the scorer measured at each."""
-
-    id: str
-    source: str
-    prompt_tail: np.ndarray
-    token_ids: np.ndarray
-    lp: np.ndarray
-    rank: np.ndarray
-    gap: np.ndarray
-    mu: np.ndarray
-    var: np.ndarray
 
 
 @dataclass

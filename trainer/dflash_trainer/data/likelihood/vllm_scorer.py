@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dflash_trainer.data.likelihood.hf_scorer import TokenizedRow
 from dflash_trainer.data.likelihood.rule import SamplingRule, token_stats
-from dflash_trainer.data.likelihood.scores import PROMPT_TAIL_TOKENS, RowScores
+from dflash_trainer.data.likelihood.types import RowScores, TokenizedRow
 
 # vLLM refuses more prompt log-probabilities than its engine's `max_logprobs` (default 20).
 VLLM_MAX_LOGPROBS = 20
@@ -88,10 +87,8 @@ def build_row_scores(
 ) -> RowScores:
     tokens, top, lp, rank = parse_prompt_logprobs(prompt_logprobs, row.input_ids, row.loss_mask, k)
     gap, mu, var = token_stats(torch.from_numpy(top), torch.from_numpy(lp), rule, vocab_size)
-    first = next((t for t, m in enumerate(row.loss_mask) if m), len(row.loss_mask))
-    tail = np.asarray(row.input_ids[max(0, first - PROMPT_TAIL_TOKENS) : first])
     return RowScores(
-        row.id, row.source, tail, tokens, lp, rank, gap.numpy(), mu.numpy(), var.numpy()
+        row.id, row.source, row.prompt_tail, tokens, lp, rank, gap.numpy(), mu.numpy(), var.numpy()
     )
 
 
