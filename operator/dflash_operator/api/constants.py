@@ -115,12 +115,21 @@ class Stage(StrEnum):
 
 class Gate(StrEnum):
     """A data-audit gate; the same names as the trainer's `dflash-audit --gate`, plus the
-    canary: the completions gate on the canary's answers alone (`trainer_gate`)."""
+    canary: the completions gate on the canary's answers alone (`trainer_gate`), and
+    training: the likelihood monitor that judges the batches while the drafter trains."""
 
     PROMPTS = "prompts"
     CANARY = "canary"
     COMPLETIONS = "completions"
     TOKENS = "tokens"
+    TRAINING = "training"
+
+    @property
+    def approvable(self) -> bool:
+        """Whether `dflash.dev/approve-audit` can accept the gate's failure. The training
+        monitor cannot: it stopped a training half-way (raise the limit, or switch the
+        monitor off, then retry the train stage)."""
+        return self != Gate.TRAINING
 
     @property
     def trainer_gate(self) -> str:
@@ -222,6 +231,8 @@ class Reason(StrEnum):
     AUDIT_PASSED = "AuditPassed"
     AUDIT_FAILED = "AuditFailed"
     AUDIT_APPROVED = "AuditApproved"
+    # The training likelihood monitor stopped training (its gate: Gate.TRAINING).
+    TRAINING_AUDIT_FAILED = "TrainingAuditFailed"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     NOT_SUSPENDED = "NotSuspended"
@@ -282,6 +293,14 @@ _REASON_TEMPLATES: dict[Reason, str] = {
         "The {gate} audit failed: {violations}. Report: {report_uri}. Fix the data and retry "
         "(annotation " + ANNOTATION_RETRY + "), or accept the data as it is with: "
         "kubectl annotate dfr {run} " + ANNOTATION_APPROVE_AUDIT + "={gate}@{generation}"
+    ),
+    Reason.TRAINING_AUDIT_FAILED: (
+        "The training likelihood monitor stopped training at step {step}: {violations}. "
+        "Report: {report_uri}. Fix the source's data and retry from tokenization (annotation "
+        + ANNOTATION_RETRY
+        + "=tokenize), or raise spec.audit.likelihood.maxOffDistributionRate (or set "
+        "monitorEverySteps: 0) and retry training (" + ANNOTATION_RETRY + "=train); training "
+        "resumes from its last checkpoint"
     ),
     Reason.AUDIT_APPROVED: (
         "The {gate} audit failed but was accepted by annotation "

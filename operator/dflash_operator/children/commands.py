@@ -28,6 +28,9 @@ MODEL_FOLDER = "model"
 # Likelihood scores (dflash_trainer.data.likelihood): the canary's own sample, and the score
 # stage's sample of imported completions.
 CANARY_SCORES = f"{CANARY_FOLDER}/likelihood"
+# The regeneration's top-k: spec.regeneration has no field for it, the stage samples with its
+# default (dflash_trainer SamplingSpec.top_k; tests/unit/trainer/test_operator_contract.py).
+REGEN_TOP_K = 20
 SAMPLE_SCORES = "likelihood/sample"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"

@@ -77,7 +77,7 @@ def describe_violations(result: AuditResult) -> str:
     return shown + (f"; and {extra} more" if extra > 0 else "")
 
 
-def _set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
+def set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
     audit = draft.status.audit or AuditStatus()
     draft.status.audit = audit.model_copy(update={gate.value: result})
 
@@ -85,7 +85,7 @@ def _set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
 def clear_audit(draft: Draft, gate: Gate) -> None:
     """Forget a gate's result before it runs again."""
     if draft.status.audit is not None:
-        _set_audit(draft, gate, None)
+        set_audit(draft, gate, None)
 
 
 def running_progress(
@@ -276,7 +276,7 @@ def record_audit(
     if result is None:
         record_failure(ctx, draft, stage, attempt, child, pods)
         return False
-    _set_audit(draft, gate, result)
+    set_audit(draft, gate, result)
     report = result.report_uri or "(no report URI in the stage result)"
     condition = STAGE_CONDITIONS[stage]
     if result.verdict == Verdict.PASS:
@@ -318,7 +318,7 @@ def record_audit(
 def approve_gate(ctx: StageContext, draft: Draft, gate: Gate, result: AuditResult) -> None:
     """The user accepted a failed gate: record it and let the run go on."""
     generation = result.observed_generation or 0
-    _set_audit(draft, gate, result.model_copy(update={"approved": True}))
+    set_audit(draft, gate, result.model_copy(update={"approved": True}))
     message = Reason.AUDIT_APPROVED.message(
         gate=gate.value, generation=generation, violations=describe_violations(result)
     )
