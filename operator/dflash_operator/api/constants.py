@@ -50,6 +50,8 @@ class Phase(StrEnum):
     CANARY = "Canary"
     AUDITING_CANARY = "AuditingCanary"
     REGENERATING = "Regenerating"
+    # Imported completions (regeneration off): copied into regen/, a sample scored by the target.
+    SCORING = "Scoring"
     AUDITING_COMPLETIONS = "AuditingCompletions"
     TOKENIZING = "Tokenizing"
     AUDITING_TOKENS = "AuditingTokens"
@@ -80,6 +82,10 @@ PHASE_MEANINGS: dict[Phase, str] = {
     ),
     Phase.AUDITING_CANARY: "The completions gate judges the canary's answers alone.",
     Phase.REGENERATING: "The target regenerates every answer (Indexed Job, one index per shard).",
+    Phase.SCORING: (
+        "Imported completions (regeneration.enabled false) are copied into the run and a "
+        "sample of every source is scored under the target (audit.likelihood)."
+    ),
     Phase.AUDITING_COMPLETIONS: "The completions gate checks the regenerated answers.",
     Phase.TOKENIZING: "Completions are chat-templated and tokenized.",
     Phase.AUDITING_TOKENS: "The tokens gate checks loss masks, anchors and truncation.",
@@ -102,6 +108,8 @@ class Stage(StrEnum):
     CANARY = "canary"
     AUDIT_CANARY = "audit-canary"
     REGEN = "regen"
+    # Imported completions: copied into regen/, and a sample of each source scored.
+    SCORE = "score"
     AUDIT_COMPLETIONS = "audit-completions"
     TOKENIZE = "tokenize"
     AUDIT_TOKENS = "audit-tokens"
@@ -151,6 +159,7 @@ class ConditionType(StrEnum):
     CANARY_REGENERATED = "CanaryRegenerated"
     CANARY_AUDITED = "CanaryAudited"
     REGENERATED = "Regenerated"
+    LIKELIHOOD_SCORED = "LikelihoodScored"
     COMPLETIONS_AUDITED = "CompletionsAudited"
     TOKENIZED = "Tokenized"
     TOKENS_AUDITED = "TokensAudited"
@@ -173,6 +182,10 @@ CONDITION_MEANINGS: dict[ConditionType, str] = {
     ConditionType.CANARY_REGENERATED: "The canary's answers are committed in S3.",
     ConditionType.CANARY_AUDITED: "The completions gate ran on the canary (see DataAuditPassed).",
     ConditionType.REGENERATED: "Every shard's completions are committed in S3.",
+    ConditionType.LIKELIHOOD_SCORED: (
+        "Only for imported completions (regeneration.enabled false): they are in the run's "
+        "regen/ and a sample of every source was scored under the target."
+    ),
     ConditionType.COMPLETIONS_AUDITED: "The completions gate ran (see DataAuditPassed).",
     ConditionType.TOKENIZED: "Tokenized data and its manifest are committed in S3.",
     ConditionType.TOKENS_AUDITED: "The tokens gate ran (see DataAuditPassed).",
@@ -371,6 +384,7 @@ STAGE_CONDITIONS: dict[Stage, ConditionType] = {
     Stage.CANARY: ConditionType.CANARY_REGENERATED,
     Stage.AUDIT_CANARY: ConditionType.CANARY_AUDITED,
     Stage.REGEN: ConditionType.REGENERATED,
+    Stage.SCORE: ConditionType.LIKELIHOOD_SCORED,
     Stage.AUDIT_COMPLETIONS: ConditionType.COMPLETIONS_AUDITED,
     Stage.TOKENIZE: ConditionType.TOKENIZED,
     Stage.AUDIT_TOKENS: ConditionType.TOKENS_AUDITED,
@@ -382,6 +396,7 @@ STAGE_PHASES: dict[Stage, Phase] = {
     Stage.CANARY: Phase.CANARY,
     Stage.AUDIT_CANARY: Phase.AUDITING_CANARY,
     Stage.REGEN: Phase.REGENERATING,
+    Stage.SCORE: Phase.SCORING,
     Stage.AUDIT_COMPLETIONS: Phase.AUDITING_COMPLETIONS,
     Stage.TOKENIZE: Phase.TOKENIZING,
     Stage.AUDIT_TOKENS: Phase.AUDITING_TOKENS,

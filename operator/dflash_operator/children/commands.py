@@ -153,6 +153,33 @@ def _regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     ]  # fmt: skip
 
 
+def build_score_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """`python -m dflash_trainer.data.likelihood`: imported completions (regeneration off)
+    copied into regen/, then `audit.likelihood.samplesPerSource` rows of every source scored
+    under the target, judged against the sampling spec.regeneration declares for them."""
+    regen = spec.regeneration
+    return [
+        REGEN_PYTHON, "-m", "dflash_trainer.data.likelihood",
+        "--run-root", escape(run_root),
+        "--sources", SOURCES_FILE,
+        *_model_args(spec, run_root),
+        "--dtype", spec.target.dtype.value,
+        _thinking(spec.target.thinking),
+        "--engine", regen.engine.value,
+        "--samples-per-source", str(spec.audit.likelihood.samples_per_source),
+        "--temperature", str(regen.temperature),
+        "--top-p", str(regen.top_p),
+        "--top-k", str(REGEN_TOP_K),
+        "--default-k", str(spec.audit.likelihood.top_k),
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
+        "--max-new-tokens", str(regen.max_new_tokens),
+        "--out", f"{escape(run_root).rstrip('/')}/{SAMPLE_SCORES}",
+        "--tensor-parallel-size", str(regen.tensor_parallel),
+        *_engine_args(spec),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
 def _generation_limit(spec: DFlashRunSpec) -> list[str]:
     """The limit the target generated under (imported completions have none we know of)."""
     if not spec.regeneration.enabled:

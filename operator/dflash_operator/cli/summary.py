@@ -33,6 +33,7 @@ PIPELINE = (
     Stage.CANARY,
     Stage.AUDIT_CANARY,
     Stage.REGEN,
+    Stage.SCORE,
     Stage.AUDIT_COMPLETIONS,
     Stage.TOKENIZE,
     Stage.AUDIT_TOKENS,

@@ -106,6 +106,9 @@ def running_progress(
     if stage == Stage.CANARY:
         per_source = ctx.spec.regeneration.canary.samples_per_source
         return "canary", f"regenerating {per_source} samples of every source"
+    if stage == Stage.SCORE:
+        per_source = ctx.spec.audit.likelihood.samples_per_source
+        return "score", f"importing the completions, scoring {per_source} rows of every source"
     if stage == Stage.TRAIN:
         training = draft.status.training
         restarts = sum(pod.restarts for pod in pods)
@@ -231,6 +234,8 @@ def record_success(
             f"{format_count(canary.samples or 0)} canary samples, "
             f"{format_count(canary.output_tokens or 0)} output tokens (kept: the shards reuse them)"
         )
+    elif stage == Stage.SCORE:
+        summary = results.describe_scoring(pods)
     elif stage == Stage.TOKENIZE:
         tok = results.summarize_tokenization(pods)
         _stages(draft).tokenization = tok
