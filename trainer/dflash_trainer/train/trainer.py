@@ -277,7 +277,9 @@ class Trainer:
                 self.metrics_file.write(metrics)
                 if self.step % cfg.logging.every_steps == 0 or self.step == self.total_steps:
                     log.info("%s", metrics.log_line())
-                likelihood = self.monitor.snapshot() if self.monitor and monitored else None
+                # The monitor's figures so far ride on every progress patch (the latest ones).
+                scored = self.monitor is not None and self.monitor.steps_scored > 0
+                likelihood = self.monitor.snapshot() if self.monitor and scored else None
                 self.patcher.maybe_send_progress(
                     metrics, force=self.step == self.total_steps or stop, likelihood=likelihood
                 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -94,13 +95,18 @@ def score_canary(
     rows, mismatched = tokenize_completions(
         committed_rows(store), RowTokenizer(target.tokenizer, target.template, settings)
     )
+    started = time.monotonic()
     scorer, name, vocab = build_scorer(engine, rule)
     print(f"canary: scoring {len(rows)} rows under the target ({name})", file=sys.stderr,
           flush=True)  # fmt: skip
     scored = scorer.score(rows)
     meta = ScoresMeta(rule, name, str(args.model), vocab, {**key, "templateMismatches": mismatched})
     write_scores(folder, scored, meta)
-    return {"likelihoodScores": folder, "likelihoodScored": len(scored)}
+    return {
+        "likelihoodScores": folder,
+        "likelihoodScored": len(scored),
+        "likelihoodSeconds": round(time.monotonic() - started, 3),
+    }
 
 
 def build_scorer(engine: Any, rule: SamplingRule) -> tuple[Any, str, int]:
