@@ -124,7 +124,9 @@ class Trainer:
             env.device,
             checkpoint_layers=cfg.drafter.activation_checkpointing,
         )
-        self.model: nn.Module = wrap_drafter(drafter, env, cfg.distributed.strategy)
+        self.model: nn.Module = wrap_drafter(
+            drafter, env, cfg.distributed.strategy, cfg.distributed.reduce_dtype
+        )
         sharded = env.is_distributed and cfg.distributed.strategy == "fsdp2"
         self.optimizer = build_optimizer(self.model, cfg.optim, env.device, sharded)
         self.rows, self.holdout = build_rows_for(
