@@ -77,9 +77,10 @@ def test_a_rule_fixed_upstream_stops_applying_from_that_torch_release() -> None:
         assert rule.fixed_in is not None
         before = (rule.fixed_in[0], rule.fixed_in[1] - 1)
         assert rule.options.items() <= build_flex_kernel_options((8, 6), 192, 2, before).items()
-        assert not rule.options.items() <= build_flex_kernel_options(
-            (8, 6), 192, 2, rule.fixed_in
-        ).items()
+        assert (
+            not rule.options.items()
+            <= build_flex_kernel_options((8, 6), 192, 2, rule.fixed_in).items()
+        )
 
 
 @pytest.mark.parametrize(
