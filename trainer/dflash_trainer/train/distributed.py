@@ -76,8 +76,10 @@ REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def wrap_drafter(
     drafter: nn.Module, env: DistEnv, strategy: str, reduce_dtype: str = "float32"
 ) -> nn.Module:
-    """DDP or FSDP2 around the drafter; the bare module for a single process."""
-    if not env.is_distributed:
+    """DDP or FSDP2 around the drafter; the bare module for a single process, unless FSDP2 is
+    asked for in a process group of one rank (the GPU smoke runs production's wrapper so)."""
+    one_rank_fsdp = strategy == "fsdp2" and dist.is_initialized()
+    if not env.is_distributed and not one_rank_fsdp:
         return drafter
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
