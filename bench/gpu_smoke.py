@@ -81,7 +81,7 @@ class Sizes:
     hybrid_steps: int = 10
 
 
-GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 128, 256, 8, 50, 5, 8, 512, 16, 2, 32, 128)
+GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 128, 256, 8, 50, 5, 8, 512, 16, 2, 16, 128)
 DRY = Sizes(
     "cpu", "float32", "auto", "transformers", 16, 16, 64, 8, 8, 2, 4, 96, 8, 2, 3, 16,
     head_dim=256, sliding_window=48, loss_rows=128, hybrid_steps=2,
