@@ -188,3 +188,11 @@ def test_the_qwen36_example_keeps_its_stated_margin() -> None:
     total = float(out.getvalue().split("total", 1)[1].split("GiB", 1)[0])
     assert total <= 0.9 * 95, total
     assert GIB == 1 << 30
+
+
+def test_a_manifest_of_another_kind_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = write(tmp_path, "app.yaml", {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application"})
+    assert main([str(app)]) == 2
+    assert "is a kind: Application, not a DFlashRun nor a train.yaml" in capsys.readouterr().err

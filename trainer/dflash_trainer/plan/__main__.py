@@ -87,6 +87,11 @@ def load_manifest(path: Path) -> Manifest:
     raw = load_yaml_mapping(path)
     world, pool = None, None
     is_run = raw.get("kind") == "DFlashRun"
+    if "kind" in raw and not is_run:
+        raise ConfigError(
+            f"{path} is a kind: {raw.get('kind')}, not a DFlashRun nor a train.yaml; accepted: "
+            "a DFlashRun manifest or the trainer's train.yaml"
+        )
     if is_run:
         raw, world, pool = render_run(raw)
     raw.setdefault("run_root", PLACEHOLDER_RUN_ROOT)
