@@ -91,3 +91,13 @@ def test_this_environment_is_supported() -> None:
     require_supported_versions()
     assert release_of("2.16.0a0") == (2, 16)
     assert release_of(__import__("torch").__version__) >= versions.MIN_TORCH
+
+
+def test_ci_tests_the_floor_itself() -> None:
+    """`make test-version-floor` runs at exactly the floors (dflash_dev.floor_env)."""
+    from dflash_dev.floor_env import FLOOR
+
+    assert release_of(FLOOR["torch"]) == MIN_TORCH
+    assert release_of(FLOOR["transformers"]) == MIN_TRANSFORMERS
+    makefile = (REPO / "Makefile").read_text()
+    assert "test-version-floor" in makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
