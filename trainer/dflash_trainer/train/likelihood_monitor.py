@@ -125,7 +125,7 @@ class LikelihoodMonitor:
         np.add.at(self.pending[:, TOKENS], sources, figures.tokens.astype(np.float64))
         np.add.at(self.pending[:, NLL], sources, figures.nll * figures.tokens)
         token_ids = targets.cpu().numpy()
-        for j in np.flatnonzero(figures.off):
+        for j in np.flatnonzero(figures.off).tolist():
             self._keep_example(int(mb.rows[j]), int(sources[j]), figures, j, offsets, lp, token_ids)
 
     def _sources(self, rows: np.ndarray) -> np.ndarray:

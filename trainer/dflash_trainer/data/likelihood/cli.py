@@ -141,14 +141,15 @@ def build_scorer(args: argparse.Namespace, rule: SamplingRule) -> tuple[Any, str
 
     from dflash_trainer.data.likelihood.hf_scorer import HfScorer
 
-    device = (
+    device: str = (
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     dtype = dtypes.get(args.dtype) or (torch.bfloat16 if device == "cuda" else torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(
+    model: Any = AutoModelForCausalLM.from_pretrained(
         resolve_model_dir(args.model, include_weights=True), dtype=dtype, revision=args.revision
-    ).to(device)
+    )
+    model = model.to(device)
     model.train(False)
     name = f"transformers ({device}, {str(dtype).removeprefix('torch.')})"
     return HfScorer(model, rule), name, int(model.config.get_text_config().vocab_size)
