@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from dflash_dev import s3server
 from dflash_dev.demo import assets, environment, manifest, summary
 from dflash_dev.demo.live import watch_run
 from dflash_dev.errors import DevError
@@ -35,12 +36,15 @@ def _prepare_assets(
     ):
         target = assets.ensure_tiny_target()
     client = env.s3.client()
-    assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
-    size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)
     files = (assets.build_broken_sources if broken else assets.build_prompt_sources)(
         SAMPLES_PER_SOURCE
     )
-    assets.upload_sources(client, files, manifest.EXAMPLE_BUCKET)
+    try:
+        assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
+        size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)
+        assets.upload_sources(client, files, manifest.EXAMPLE_BUCKET)
+    except assets.UploadError as error:
+        raise DevError(s3server.explain_failure(env.s3, error.what, error.cause)) from None
     console.print(
         f"assets in s3://{manifest.EXAMPLE_BUCKET}/ ({time.monotonic() - started:.0f}s): tiny target "
         f"{size / 1e6:.1f} MB at {manifest.MODEL_KEY}/ ({'cached' if cached else 'built'}), "
@@ -96,6 +100,9 @@ def run_demo(broken: bool) -> int:
         report = summary.fetch_report(env.s3.client(), report_uri) if report_uri else None
         summary.print_audit_failure(console, final, report, NAMESPACE)
     elif phase != "Succeeded":
+        refused = s3server.refusal(env.s3)
+        if refused is not None:
+            console.print(refused, style="red", markup=False, highlight=False)
         console.print(
             f"operator log: {env.operator.log}; pod logs: make executor-logs POD={NAMESPACE}/<pod>"
         )

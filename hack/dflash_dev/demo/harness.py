@@ -176,3 +176,12 @@ class DemoHarness:
     def stop(self) -> None:
         for process in self.operators:
             process.stop()
+        self.delete_bucket()
+
+    def delete_bucket(self) -> None:
+        """The test's bucket and everything in it: SeaweedFS gives its volume slots back, so a
+        session of many tests fits a small disk (s3capacity.py). Best effort."""
+        try:
+            self.s3.client().delete_bucket(Bucket=self.bucket)
+        except Exception:  # gone already, or the server is down: nothing to free
+            return
