@@ -25,15 +25,32 @@ uv: ## install uv (the Python package manager) if it is missing
 venv: uv ## create .venv from uv.lock (exact pins; torch is cached by uv after the first run)
 	@$(UV) sync --locked --quiet
 
-.PHONY: binaries
-binaries: ## build the control plane's binaries once per version into ~/.cache/dflash/bin
-	@bash hack/build-binaries.sh
-	@mkdir -p .local/bin
-	@for b in kubectl helm; do ln -sf "$$($(PY) -c "from dflash_dev.binaries import cached_path; print(cached_path('$$b'))")" .local/bin/$$b; done
+# What each entry point needs of hack/build-binaries.sh (built once per version into
+# ~/.cache/dflash/bin): the control plane (the demo, the cluster, e2e) and the test-only tools.
+CLUSTER_BINARIES := etcd kube kwok helm training-operator kueue
+BUILD_BINARIES = bash hack/build-binaries.sh --for "make $(or $(MAKECMDGOALS),$@)"
+LINK_TOOLS = mkdir -p .local/bin && . hack/versions.env && cache="$${DFLASH_CACHE:-$$HOME/.cache/dflash}" && \
+	ln -sf "$$cache/bin/kubectl-$$KUBERNETES_VERSION" .local/bin/kubectl && \
+	ln -sf "$$cache/bin/helm-$$HELM_VERSION" .local/bin/helm
+
+.PHONY: binaries cluster-binaries actionlint promtool
+binaries: ## build every binary: the control plane's and the test tools (actionlint, promtool)
+	@$(BUILD_BINARIES) $(CLUSTER_BINARIES) actionlint promtool
+	@$(LINK_TOOLS)
+
+cluster-binaries: ## build only the control plane's binaries (what the demo and the cluster use)
+	@$(BUILD_BINARIES) $(CLUSTER_BINARIES)
+	@$(LINK_TOOLS)
+
+actionlint: ## build actionlint (the workflow linter of the unit tests)
+	@$(BUILD_BINARIES) actionlint
+
+promtool: ## build promtool (the chart's alert-rule tests)
+	@$(BUILD_BINARIES) promtool
 
 # ---------------------------------------------------------------- local cluster and S3
 .PHONY: cluster-up
-cluster-up: venv binaries ## start the local control plane (idempotent; ~10 s warm)
+cluster-up: venv cluster-binaries ## start the local control plane (idempotent; ~10 s warm)
 	@$(PY) -m dflash_dev cluster-up
 
 .PHONY: cluster-down
@@ -95,24 +112,24 @@ test-regen-pins: venv ## the data stages' unit tests with the regen image's vers
 	$(UV) run --quiet $$with python -m pytest -m unit tests/unit/data -q -p no:cacheprovider
 
 .PHONY: test-unit
-test-unit: venv ## unit tests only (no servers)
+test-unit: venv actionlint ## unit tests only (no servers)
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 .PHONY: test-integration
-test-integration: venv binaries ## integration tests (starts the control plane and S3 if needed)
+test-integration: venv cluster-binaries promtool ## integration tests (starts the control plane and S3 if needed)
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 .PHONY: test-e2e
-test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
+test-e2e: venv cluster-binaries ## end-to-end tests (pods run as local processes)
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo
-demo: venv binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
+demo: venv cluster-binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
 	@$(PY) -m dflash_dev.demo run
 
 .PHONY: demo-broken-data
-demo-broken-data: venv binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
+demo-broken-data: venv cluster-binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
 	@$(PY) -m dflash_dev.demo run --broken-data
 
 .PHONY: demo-down
