@@ -101,6 +101,11 @@ def run_demo(broken: bool) -> int:
         summary.print_audit_failure(console, final, report, NAMESPACE)
     elif phase != "Succeeded":
         refused = s3server.refusal(env.s3)
+        if refused is None and s3server.status() is None:
+            refused = (
+                f"the S3 server at {env.s3.endpoint_url} is not running any more: "
+                f"`make s3-down` and run the demo again; log: {env.s3.log}"
+            )
         if refused is not None:
             console.print(refused, style="red", markup=False, highlight=False)
         console.print(

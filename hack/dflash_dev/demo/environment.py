@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dflash_dev import cluster, executor_service, operator_local, procs, s3server
+from dflash_dev import cluster, executor_service, operator_local, procs, s3capacity, s3server
 from dflash_dev.errors import DevError
 from dflash_dev.executor.config import INSTANCE_LABEL, TAINT
 from dflash_dev.nodes import POOL_LABEL
@@ -204,7 +204,14 @@ def ensure_environment(namespace: str, say: Any = print) -> DemoEnvironment:
         f"control plane up ({time.monotonic() - started:.0f}s): export KUBECONFIG={info.kubeconfig}"
     )
     s3 = s3server.up()
-    say(f"S3 (SeaweedFS) up at {s3.endpoint_url}")
+    topology, disk = s3server.topology(s3), s3server.disk(s3)
+    room = ""
+    if topology is not None and disk is not None:
+        room = (
+            f": {topology.free_slots} of {topology.max_slots} volume slots of "
+            f"{s3capacity.VOLUME_SIZE_MB} MiB free, {s3capacity.format_gib(disk.free)} free disk"
+        )
+    say(f"S3 (SeaweedFS) up at {s3.endpoint_url}{room}")
     executor = executor_service.executor_up(nodes=2)
     say(f"process executor up: nodes {', '.join(executor['nodes'])} run pods as local processes")
     admin = Path(info.kubeconfig)
