@@ -111,7 +111,8 @@ def test_a_queued_run_naming_a_missing_priority_class_says_so_and_goes_on_once_i
             ),
         )
         admitted = wait_for(
-            "Admitted", lambda: (c := harness.condition("r1", "Admitted")) and c["status"] == "True"
+            "Admitted",
+            lambda: (c := harness.condition("r1", "Admitted")) and c["status"] == "True" and c,
         )
         assert "ClusterQueue refs-" in admitted["message"]
         assert operator.process is not None and operator.process.poll() is None
