@@ -163,11 +163,15 @@ def s3() -> Iterator[S3Handle]:
 _SLOTS_PEAK: dict[str, int] = {}
 
 
-@pytest.fixture(autouse=True)
-def _s3_slots(request: pytest.FixtureRequest) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After each test that uses S3, before its fixtures clean up (buckets deleted)."""
     yield
-    if "s3" not in request.fixturenames:
-        return
+    if "s3" in getattr(item, "fixturenames", ()):
+        _record_slots()
+
+
+def _record_slots() -> None:
     info = s3server.read_info()
     topology = s3server.topology(info) if info is not None else None
     if topology is not None:
