@@ -43,11 +43,12 @@ new_module() {
   echo "$dir"
 }
 
-# Seconds each target takes to build on 2 cores with empty Go caches (docs/benchmarks.md,
-# "Cold build"): the estimates the plan and the progress line show.
+# Seconds each target takes to build on 2 shared cores with empty Go caches: about the middle
+# of the cold builds in docs/benchmarks.md ("Cold build", "First run"), which vary 2x with the
+# machine's load. The estimates the plan and the progress line show.
 declare -A ESTIMATE=(
-  [etcd]=130 [kube]=600 [kwok]=180 [helm]=230 [training-operator]=160 [kueue]=700
-  [actionlint]=150 [promtool]=270
+  [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
+  [actionlint]=150 [promtool]=700
 )
 planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
 
