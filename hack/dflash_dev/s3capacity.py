@@ -64,7 +64,8 @@ def format_gib(size: int) -> str:
 
 
 def check_disk(disk: Disk, data_dir: str) -> str | None:
-    """Why the server would refuse writes on this disk from the start (None: it fits)."""
+    """Why the server would refuse writes on this disk from the start (None: it fits). It
+    needs 1 GiB it may write, above the 1% of the disk SeaweedFS keeps free."""
     advice = (
         "free disk space there, or set DFLASH_STATE_DIR to a folder on a disk with more room "
         f"(the demo and the tests fit in {format_gib(BUDGET_FREE_BYTES)})"
@@ -74,10 +75,13 @@ def check_disk(disk: Disk, data_dir: str) -> str | None:
             f"the S3 data folder {data_dir} has {format_gib(disk.free)} free, less than the "
             f"{format_gib(MIN_START_FREE_BYTES)} the local S3 server needs: {advice}"
         )
-    if disk.percent_free < MIN_FREE_PERCENT + 0.5:
+    kept = int(disk.total * MIN_FREE_PERCENT / 100)
+    if disk.free - kept < MIN_START_FREE_BYTES:
         return (
-            f"the S3 data folder {data_dir} is on a disk with {disk.percent_free:.1f}% free; "
-            f"SeaweedFS turns every volume read-only below {MIN_FREE_PERCENT:g}% free: {advice}"
+            f"the S3 data folder {data_dir} has {format_gib(disk.free)} free of "
+            f"{format_gib(disk.total)}, but SeaweedFS stops writing below "
+            f"{MIN_FREE_PERCENT:g}% free ({format_gib(kept)}), which leaves less than the "
+            f"{format_gib(MIN_START_FREE_BYTES)} the local S3 server needs: {advice}"
         )
     return None
 

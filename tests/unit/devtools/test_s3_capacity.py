@@ -53,8 +53,9 @@ def test_the_newest_cause_wins() -> None:
         (Disk(free=512 * MIB, total=200 * GIB), "has 0.5 GiB free, less than the 1.0 GiB"),
         (
             Disk(free=12 * GIB, total=2000 * GIB),
-            "0.6% free; SeaweedFS turns every volume read-only",
+            "but SeaweedFS stops writing below 1% free (20.0 GiB)",
         ),
+        (Disk(free=25 * GIB, total=2000 * GIB), None),
     ],
 )
 def test_a_disk_too_small_or_too_full_is_refused_before_the_start(
