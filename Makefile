@@ -138,17 +138,32 @@ set-version: venv ## write a new release version everywhere: make set-version VE
 # ---------------------------------------------------------------- images
 IMAGE_REGISTRY ?= ghcr.io/dflash-dev
 IMAGE_TAG ?= $(RELEASE_VERSION)
-DOCKER ?= docker
+# The container engine: docker (BuildKit), podman or buildah; empty: the first that answers.
+DOCKER ?=
 IMAGES ?= operator trainer regen
+# CA bundle of a TLS-intercepting proxy, passed to builds as the secret `proxy-ca` (default:
+# this machine's SSL_CERT_FILE, when set).
+PROXY_CA ?=
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+IMAGES_CLI = $(PY) -m dflash_dev.images $(if $(DOCKER),--engine=$(DOCKER)) $(if $(PROXY_CA),--proxy-ca=$(PROXY_CA))
 
 .PHONY: images
-images: ## build the operator, trainer and regen images, tagged with VERSION (needs a Docker engine; docs/images.md)
-	@$(DOCKER) info >/dev/null 2>&1 || { \
-	  echo "error: no container engine answers '$(DOCKER) info', so no image was built. make images builds where a Docker engine runs (DOCKER=podman for Podman); without one, tests/unit/ship lints the Dockerfiles and checks them against uv.lock" >&2; exit 1; }
-	@for image in $(IMAGES); do \
-	  echo "building $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) from images/$$image/Dockerfile"; \
-	  $(DOCKER) build -f images/$$image/Dockerfile -t $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) . || exit 1; \
-	done
+images: venv ## build the operator, trainer and regen images (Docker+BuildKit, Podman or Buildah; docs/images.md)
+	@$(IMAGES_CLI) build --registry=$(IMAGE_REGISTRY) --tag=$(IMAGE_TAG) $(IMAGES)
+
+.PHONY: base-images
+base-images: venv ## build stand-ins of the images' bases from Debian and PyPI, under the upstream names (docs/images.md)
+	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild)
+
+.PHONY: test-images
+test-images: venv ## check the built images from inside: entry points, every stage command, imports, sizes (docs/images.md)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m "not e2e" $(PYTEST_ARGS)
+
+.PHONY: test-images-e2e
+test-images-e2e: venv binaries ## the demo's run with every pod and the operator from the images (make images first)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- process executor
 .PHONY: executor-up

@@ -19,6 +19,7 @@ from . import logs, process
 from .context import Context, finalize_pod
 from .errors import START_ERROR_EXIT_CODE, PodConfigError, PodStartError, WaitInterruptedError
 from .events import post_event
+from .image_mode import image_argv, image_launcher_env
 from .kube import Obj, is_status, pod_path
 from .prepare import Prepared, prepare_start
 from .sandbox import DEFAULT_TERMINATION_PATH, Sandbox
@@ -229,8 +230,11 @@ class PodWorker:
         started_at, clock = now(), time.monotonic()
         cid = container_id(self.uid, self.restart_count)
         try:
-            python = self.ctx.cfg.python
-            argv = process.build_argv(self.container, prepared.env, python, sandbox.rewrite)
+            if prepared.image is not None:
+                argv = image_argv(prepared.image, self.container, prepared.env, sandbox)
+            else:
+                python = self.ctx.cfg.python
+                argv = process.build_argv(self.container, prepared.env, python, sandbox.rewrite)
         except PodStartError as exc:
             logs.note(self.log_file, f"cannot start: {exc}")
             post_event(self.ctx.kube, self._pod, "Warning", "Failed", f"Error: {exc}")
@@ -238,7 +242,10 @@ class PodWorker:
             return Exit(START_ERROR_EXIT_CODE, state, 0.0)
         host_log_before = _mtime(HOST_TERMINATION_LOG)
         offset = logs.begin(self.log_file, self.uid, self.restart_count, argv)
-        proc = process.spawn(argv, prepared.env, prepared.cwd, self.log_file)
+        # Image mode: the launcher gets only the container marker; the container's env is
+        # set by the launcher at exec (none of it may steer the launcher's own Python).
+        spawn_env = prepared.env if prepared.image is None else image_launcher_env(prepared.env)
+        proc = process.spawn(argv, spawn_env, prepared.cwd, self.log_file)
         try:
             process.write_process_file(sandbox.root, proc.pid)
             log.info(

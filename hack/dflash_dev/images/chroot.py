@@ -9,6 +9,7 @@ are loopback addresses) and its process table. The spec is written by `launch.py
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -74,10 +75,8 @@ def _fail(spec: dict[str, Any], message: str) -> None:
     sys.stderr.write(f"{message}\n")
     log = spec.get("termination_log_host")
     if log:
-        try:
+        with contextlib.suppress(OSError):
             Path(log).write_text(message)
-        except OSError:
-            pass
     os._exit(START_ERROR_EXIT_CODE)
 
 
@@ -94,10 +93,13 @@ def enter(spec: dict[str, Any]) -> None:
     for device in DEVICES:
         if Path(f"/dev/{device}").exists():
             _bind(f"/dev/{device}", _target(root, f"/dev/{device}", True), readonly=False)
-    _mount("tmpfs", _target(root, "/dev/shm", False), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    shm = _target(root, "/dev/shm", False)  # noqa: S108 - the container's own /dev/shm
+    _mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     for mount in spec["mounts"]:
         source = mount["source"]
-        target = _target(root, mount["target"], Path(source).is_file() and mount.get("kind") != "tmpfs")
+        target = _target(
+            root, mount["target"], Path(source).is_file() and mount.get("kind") != "tmpfs"
+        )
         if mount.get("kind") == "tmpfs":
             _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
         else:
@@ -118,11 +120,14 @@ def enter(spec: dict[str, Any]) -> None:
     env = {str(k): str(v) for k, v in spec["env"].items()}
     argv = [str(a) for a in spec["argv"]]
     try:
-        os.execvpe(argv[0], argv, env)
+        os.execvpe(argv[0], argv, env)  # noqa: S606 - the container's command, as argv
     except OSError as exc:
         if "/" in argv[0]:
             _fail(spec, f'exec: "{argv[0]}": {exc.strerror} (in image {spec.get("image")})')
-        _fail(spec, f'exec: "{argv[0]}": executable file not found in $PATH (in image {spec.get("image")})')
+        _fail(
+            spec,
+            f'exec: "{argv[0]}": executable file not found in $PATH (in image {spec.get("image")})',
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,7 +36,12 @@ class Mount:
     def to_spec(self) -> dict[str, Any]:
         if self.tmpfs:
             return {"kind": "tmpfs", "source": "tmpfs", "target": self.target}
-        return {"kind": "bind", "source": self.source, "target": self.target, "readonly": self.readonly}
+        return {
+            "kind": "bind",
+            "source": self.source,
+            "target": self.target,
+            "readonly": self.readonly,
+        }
 
 
 def build_command(config: ImageConfig, command: list[str], args: list[str]) -> list[str]:
@@ -150,7 +155,8 @@ def run_in_image(
     try:
         uid, gid = resolve_user(config, rootfs.path, run_as_user, None)
         argv = build_command(config, command, args or [])
-        all_mounts = [*([Mount("/tmp", tmpfs=True)] if tmp else []), *(mounts or [])]
+        tmpfs = [Mount("/tmp", tmpfs=True)] if tmp else []  # noqa: S108 - the container's /tmp
+        all_mounts = [*tmpfs, *(mounts or [])]
         spec = build_spec(
             image=image, rootfs=rootfs.path, argv=argv, env={**config.env, **(env or {})},
             mounts=all_mounts, uid=uid, gid=gid, cwd=config.working_dir or "/",

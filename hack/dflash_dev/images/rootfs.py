@@ -29,7 +29,9 @@ class Rootfs:
 def _run(argv: list[str]) -> str:
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise DevError(f"{' '.join(argv[:3])} ... exited {result.returncode}: {result.stderr.strip()}")
+        raise DevError(
+            f"{' '.join(argv[:3])} ... exited {result.returncode}: {result.stderr.strip()}"
+        )
     return result.stdout.strip()
 
 
