@@ -19,7 +19,15 @@ from pathlib import Path
 from dflash_dev.errors import DevError
 from dflash_dev.paths import REPO_ROOT, state_root
 
-from .engine import Engine, build_argv, build_env, image_exists, image_size
+from .engine import (
+    Engine,
+    build_argv,
+    build_env,
+    image_exists,
+    image_size,
+    remove_containers,
+    working_containers,
+)
 
 IMAGES = ("operator", "trainer", "regen")
 IMAGES_DIR = REPO_ROOT / "images"
@@ -100,8 +108,14 @@ def _build(
 ) -> Built:
     argv = build_argv(engine, path, ref, context, build_args, secrets)
     print(f"building {ref} from {path.relative_to(REPO_ROOT)} with {engine.kind}", flush=True)
+    before = working_containers(engine)
     started = time.monotonic()
-    result = subprocess.run(argv, env=build_env(engine), cwd=REPO_ROOT, check=False)
+    try:
+        result = subprocess.run(argv, env=build_env(engine), cwd=REPO_ROOT, check=False)
+    finally:
+        # Buildah 1.28 keeps the working containers of stages only mounted (`--mount=from=`)
+        # and of interrupted builds: each holds a writable layer. Remove this build's.
+        remove_containers(engine, working_containers(engine) - before)
     seconds = time.monotonic() - started
     if result.returncode != 0:
         raise DevError(f"building {ref} failed (exit {result.returncode}): {' '.join(argv)}")

@@ -195,3 +195,19 @@ def image_size(engine: Engine, ref: str) -> int:
         size += int(layer.get("diff-size") or 0)
         top = layer.get("parent")
     return size
+
+
+def working_containers(engine: Engine) -> set[str]:
+    """IDs of Buildah's working containers (Buildah leaves some behind after a build)."""
+    if engine.kind != "buildah":
+        return set()
+    result = subprocess.run(
+        [engine.binary, "containers", "--quiet", "--notruncate"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return set(result.stdout.split())
+
+
+def remove_containers(engine: Engine, ids: set[str]) -> None:
+    if ids:
+        subprocess.run([engine.binary, "rm", *sorted(ids)], capture_output=True, check=False)
