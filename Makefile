@@ -75,7 +75,7 @@ crds: venv ## regenerate crds/ and docs/crd-reference.md from the pydantic model
 lint: venv ## ruff + mypy
 	@$(UV) run --quiet ruff check .
 	@$(UV) run --quiet ruff format --check .
-	@$(UV) run --quiet mypy operator/dflash_operator trainer/dflash_trainer hack/dflash_dev
+	@$(UV) run --quiet mypy operator/dflash_operator trainer/dflash_trainer hack/dflash_dev memplan/dflash_memplan
 
 # ---------------------------------------------------------------- kubectl plugin
 .PHONY: plugin

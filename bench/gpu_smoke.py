@@ -271,7 +271,7 @@ def longest_row(tokenized: Path) -> int:
 def plan_bytes(cfg: Any, device: str, longest: int) -> int:
     """The memory plan's peak of live tensors for the same shapes (no CUDA workspace). The plan
     pads every row to max_seq_len; the batches here are no longer than the longest row."""
-    from dflash_operator.memplan.estimate import estimate_rank_memory
+    from dflash_memplan.estimate import estimate_rank_memory
     from dflash_trainer.plan.inputs import build_plan_inputs, resolve_target_shape
 
     seq = min(cfg.data.max_seq_len, longest)

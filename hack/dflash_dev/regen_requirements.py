@@ -27,6 +27,7 @@ from .paths import REPO_ROOT
 DOCKERFILE = REPO_ROOT / "images" / "regen" / "Dockerfile"
 REQUIREMENTS = REPO_ROOT / "images" / "regen" / "requirements.txt"
 TRAINER_PYPROJECT = REPO_ROOT / "trainer" / "pyproject.toml"
+WORKSPACE_PYPROJECT = REPO_ROOT / "pyproject.toml"
 # The vLLM image's interpreter and platform (vllm/vllm-openai: Ubuntu 22.04, CPython 3.12).
 PYTHON_VERSION = "3.12"
 PLATFORM = "x86_64-manylinux_2_28"
@@ -53,10 +54,21 @@ def vllm_version(dockerfile: Path = DOCKERFILE) -> str:
     return str(versions.pop())
 
 
+def workspace_packages() -> set[str]:
+    """Names of the uv workspace's own packages (built from this repository, not from PyPI)."""
+    sources = tomllib.loads(WORKSPACE_PYPROJECT.read_text())["tool"]["uv"]["sources"]
+    return {name for name, source in sources.items() if source.get("workspace")}
+
+
 def trainer_requirements() -> list[str]:
-    """dflash-trainer's declared dependencies (ranges where vLLM needs room, pyproject.toml)."""
+    """dflash-trainer's declared dependencies from PyPI (ranges where vLLM needs room); the
+    workspace's own (dflash-memplan) are wheels the Dockerfile builds, never resolved."""
     project = tomllib.loads(TRAINER_PYPROJECT.read_text())["project"]
-    return list(project["dependencies"])
+    own = workspace_packages()
+    return [
+        req for req in project["dependencies"]
+        if re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower() not in own
+    ]  # fmt: skip
 
 
 def pins(text: str) -> dict[str, str]:

@@ -30,11 +30,14 @@ PYPROJECTS = (
     "operator/pyproject.toml",
     "trainer/pyproject.toml",
     "hack/pyproject.toml",
+    "memplan/pyproject.toml",
 )
 CHART = "charts/dflash-operator/Chart.yaml"
 LOCK = "uv.lock"
 # The lock's entries for the workspace itself (`uv lock` rewrites them from the pyproject files).
-WORKSPACE_PACKAGES = ("dflash-workspace", "dflash-operator", "dflash-trainer", "dflash-dev")
+WORKSPACE_PACKAGES = (
+    "dflash-workspace", "dflash-operator", "dflash-trainer", "dflash-dev", "dflash-memplan",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from dflash_memplan.units import parse_memory_size
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from dflash_operator.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN
 from dflash_operator.api.spec_resources import GPU_RESOURCE
-from dflash_operator.memplan.units import parse_memory_size
 
 # Resource names and label keys: a DNS-subdomain prefix, '/', and a name.
 QUALIFIED_NAME_PATTERN = (

@@ -1,8 +1,9 @@
 """`kubectl dflash audit`: each gate's verdict, its violated checks and where its report is;
 with S3 credentials in the environment, the Markdown report is downloaded and shown.
 
-boto3 is not a dependency of the operator package: it is imported only here, inside the
-download, when it is installed, and its absence is answered with what to do instead.
+boto3 is only an optional dependency of the operator package (its `s3` extra): it is imported
+only here, inside the download, when it is installed, and its absence is answered with what to
+do instead.
 """
 
 from __future__ import annotations

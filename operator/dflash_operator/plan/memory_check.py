@@ -2,8 +2,9 @@
 
 Runs before any stage starts (and before training starts, after an edit), so a run that would
 run out of memory in training never spends a regeneration. Target shapes come from the
-built-in table (`memplan/known.py`): the operator reads no model files; an unknown target is
-admitted with a MemoryCheckSkipped event. The arithmetic is `dflash_operator/memplan/`.
+built-in table (`dflash_memplan/known.py`): the operator reads no model files; an unknown
+target is admitted with a MemoryCheckSkipped event. The arithmetic is the dflash-memplan
+package (`memplan/dflash_memplan/`).
 """
 
 from __future__ import annotations
@@ -11,32 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dflash_operator.api.constants import Reason, Stage
-from dflash_operator.api.spec import DFlashRunSpec
-from dflash_operator.api.spec_training import Strategy
-from dflash_operator.memplan.estimate import (
+from dflash_memplan.estimate import (
     RankSetup,
     default_loss_chunk_tokens,
     estimate_rank_memory,
 )
-from dflash_operator.memplan.fixes import Fix, Knob, find_fixes
-from dflash_operator.memplan.known import known_target_names, known_target_shape
-from dflash_operator.memplan.report import format_fixes, format_terms_inline, gib
-from dflash_operator.memplan.shapes import DrafterShape, TargetShape, build_drafter_shape
+from dflash_memplan.fixes import SPEC_FIELDS, Fix, Knob, find_fixes, spec_value
+from dflash_memplan.known import known_target_names, known_target_shape
+from dflash_memplan.report import format_fixes, format_terms_inline, gib
+from dflash_memplan.shapes import DrafterShape, TargetShape, build_drafter_shape
+
+from dflash_operator.api.constants import Reason, Stage
+from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.spec_training import Strategy
 from dflash_operator.plan import outcomes
 from dflash_operator.plan.draft import Draft
 from dflash_operator.plan.placement import Placement
 
-# The spec field behind each knob a fix may change. The loss chunk is not a spec field: the
-# trainer sizes it by the vocabulary.
-SPEC_FIELDS: dict[Knob, str] = {
-    "batch_size": "spec.training.batchSize",
-    "anchors_per_sequence": "spec.training.anchorsPerSequence",
-    "activation_checkpointing": "spec.training.activationCheckpointing",
-    "strategy": "spec.training.strategy",
-    "max_seq_len": "spec.tokenization.maxSeqLen",
-    "world_size": "GPUs in all (spec.training.nodes x gpusPerNode)",
-}
 _STRATEGIES = {Strategy.DDP: "ddp", Strategy.FSDP: "fsdp2"}
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -75,11 +67,6 @@ def build_rank_inputs(
         activation_checkpointing=training.activation_checkpointing,
     )
     return drafter, setup
-
-
-def spec_value(value: int | str | bool) -> int | str | bool:
-    """The spec spells the trainer's `fsdp2` as `fsdp`."""
-    return "fsdp" if value == "fsdp2" else value
 
 
 def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCheck | None:

@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 import yaml
-from dflash_operator.memplan.estimate import (
+from dflash_memplan.estimate import (
     RankSetup,
     default_loss_chunk_tokens,
     estimate_rank_memory,
 )
-from dflash_operator.memplan.known import known_target_shape
-from dflash_operator.memplan.shapes import (
+from dflash_memplan.known import known_target_shape
+from dflash_memplan.shapes import (
     ShapeError,
     build_drafter_shape,
     count_default_taps,
     target_shape_from_config,
 )
-from dflash_operator.memplan.units import parse_memory_size
+from dflash_memplan.units import parse_memory_size
 from dflash_trainer.model.config import build_drafter_config, build_target_layer_ids
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.plan.__main__ import main

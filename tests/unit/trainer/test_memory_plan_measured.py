@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-from dflash_operator.memplan.estimate import RankSetup, estimate_rank_memory
-from dflash_operator.memplan.shapes import build_drafter_shape, target_shape_from_config
+from dflash_memplan.estimate import RankSetup, estimate_rank_memory
+from dflash_memplan.shapes import build_drafter_shape, target_shape_from_config
 from dflash_trainer.model.config import build_drafter_config
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.taps import TargetTaps

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_operator.memplan.estimate import RankSetup, estimate_rank_memory
-from dflash_operator.memplan.fixes import Fix, find_fixes
-from dflash_operator.memplan.report import format_estimate, format_fixes
-from dflash_operator.memplan.shapes import ShapeError
-from dflash_operator.memplan.units import parse_memory_size
-from dflash_operator.plan.memory_check import SPEC_FIELDS, spec_value
+from dflash_memplan.estimate import RankSetup, estimate_rank_memory
+from dflash_memplan.fixes import SPEC_FIELDS, Fix, find_fixes, spec_value
+from dflash_memplan.report import format_estimate, format_fixes
+from dflash_memplan.shapes import ShapeError
+from dflash_memplan.units import parse_memory_size
 from pydantic import ValidationError
 
 from dflash_trainer.plan.inputs import (
@@ -42,10 +41,20 @@ PLACEHOLDER_RUN_ROOT = "s3://plan/run"
 
 
 def render_run(raw: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """A DFlashRun -> (its train.yaml, nodes x gpusPerNode or None when gpusPerNode is unset)."""
-    from dflash_operator.api.validation import SpecError, parse_spec
-    from dflash_operator.children.commands import is_hub_model
-    from dflash_operator.children.config_map import build_train_file
+    """A DFlashRun -> (its train.yaml, nodes x gpusPerNode or None when gpusPerNode is unset),
+    rendered by the operator's own code (the `manifests` extra: the images leave it out)."""
+    try:
+        from dflash_operator.api.validation import SpecError, parse_spec
+        from dflash_operator.children.commands import is_hub_model
+        from dflash_operator.children.config_map import build_train_file
+    except ImportError:
+        raise ConfigError(
+            "the manifest is a DFlashRun, and rendering one into a train.yaml takes the "
+            "operator's code (package dflash-operator), which this environment does not have "
+            "(the trainer and regen images leave it out). Give the run's train.yaml instead, or "
+            "install dflash-trainer[manifests] (in a checkout: uv run python -m "
+            "dflash_trainer.plan ...)"
+        ) from None
 
     try:
         spec = parse_spec(raw.get("spec"))

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_operator.memplan.estimate import RankSetup, default_loss_chunk_tokens
-from dflash_operator.memplan.fixes import Knob
-from dflash_operator.memplan.known import known_target_names, known_target_shape
-from dflash_operator.memplan.shapes import (
+from dflash_memplan.estimate import RankSetup, default_loss_chunk_tokens
+from dflash_memplan.fixes import Knob
+from dflash_memplan.known import known_target_names, known_target_shape
+from dflash_memplan.shapes import (
     DrafterShape,
     ShapeError,
     TargetShape,

@@ -14,7 +14,7 @@ from torch.nn import functional
 from torch.utils.checkpoint import checkpoint
 
 # Default chunk: ~2^28 logits (3 GiB at the 12 B per logit a chunk's backward holds), in rows
-# of 128; the memory plan (dflash_operator/memplan/estimate.py) uses the same rule.
+# of 128; the memory plan (memplan/dflash_memplan/estimate.py) uses the same rule.
 LOSS_CHUNK_LOGITS = 1 << 28
 LOSS_CHUNK_ROW_MULTIPLE = 128
 

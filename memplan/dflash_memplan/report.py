@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dflash_operator.memplan.estimate import GIB, MemoryEstimate, Term
-from dflash_operator.memplan.fixes import Fix, Knob
+from dflash_memplan.estimate import GIB, MemoryEstimate, Term
+from dflash_memplan.fixes import Fix, Knob
 
 NAME_WIDTH = 28
 

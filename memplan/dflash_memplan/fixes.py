@@ -7,17 +7,28 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from dflash_operator.memplan.estimate import (
+from dflash_memplan.estimate import (
     LOSS_CHUNK_ROW_MULTIPLE,
     RankSetup,
     estimate_rank_memory,
 )
-from dflash_operator.memplan.shapes import DrafterShape, TargetShape
+from dflash_memplan.shapes import DrafterShape, TargetShape
 
 Knob = Literal[
     "batch_size", "anchors_per_sequence", "activation_checkpointing", "loss_chunk_tokens",
     "strategy", "max_seq_len", "world_size",
 ]  # fmt: skip
+# The DFlashRun spec field behind each knob a fix may change, shared by the operator's
+# admission message and `python -m dflash_trainer.plan` on a DFlashRun. The loss chunk is not
+# a spec field: the trainer sizes it by the vocabulary.
+SPEC_FIELDS: dict[Knob, str] = {
+    "batch_size": "spec.training.batchSize",
+    "anchors_per_sequence": "spec.training.anchorsPerSequence",
+    "activation_checkpointing": "spec.training.activationCheckpointing",
+    "strategy": "spec.training.strategy",
+    "max_seq_len": "spec.tokenization.maxSeqLen",
+    "world_size": "GPUs in all (spec.training.nodes x gpusPerNode)",
+}
 # Sequence lengths are tried in steps of 256 tokens, never below 512.
 SEQ_LEN_STEP = 256
 MIN_SEQ_LEN = 512
@@ -86,3 +97,8 @@ def find_fixes(
             break
         seq -= SEQ_LEN_STEP
     return fixes
+
+
+def spec_value(value: int | str | bool) -> int | str | bool:
+    """A knob's value in the spec's words: the spec spells the trainer's `fsdp2` as `fsdp`."""
+    return "fsdp" if value == "fsdp2" else value

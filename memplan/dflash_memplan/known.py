@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflash_operator.memplan.shapes import TargetShape, target_shape_from_config
+from dflash_memplan.shapes import TargetShape, target_shape_from_config
 
 # Qwen3.5 / 3.6 hybrids: three Gated DeltaNet layers, then one full-attention layer.
 _QWEN3_5_LAYER_TYPES = ["linear_attention"] * 3 + ["full_attention"]

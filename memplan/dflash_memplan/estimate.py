@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from dflash_operator.memplan.shapes import DrafterShape, TargetShape
+from dflash_memplan.shapes import DrafterShape, TargetShape
 
 GIB = 1 << 30
 Strategy = Literal["ddp", "fsdp2"]
