@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     base = sub.add_parser("base", help="build the stand-ins of the base images")
     base.add_argument("--debian-mirror", default=DEFAULT_DEBIAN_MIRROR)
     base.add_argument("--rebuild", action="store_true", help="also those already here")
+    base.add_argument("--python312", help="the CPython 3.12 the vLLM stand-in carries")
     run = sub.add_parser("run", help="run a command in an image (read-only root, /tmp tmpfs)")
     run.add_argument("image")
     run.add_argument(
@@ -43,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
             images = [word for item in args.images for word in item.split()]
             build_images(engine, images, args.registry, args.tag, args.proxy_ca or None)
         elif args.command == "base":
-            build_base_images(engine, args.proxy_ca or None, args.debian_mirror, args.rebuild)
+            build_base_images(
+                engine, args.proxy_ca or None, args.debian_mirror, args.rebuild, args.python312
+            )
         else:
             command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
             result = run_in_image(engine, args.image, command)

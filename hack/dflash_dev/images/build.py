@@ -205,6 +205,62 @@ def _uv_binaries(context: Path, version: str) -> None:
                     out.chmod(0o755)
 
 
+# The vLLM image's Python. Debian packages no CPython 3.12 any more and python-build-standalone
+# is downloaded from GitHub, so the stand-in takes a 3.12 of this machine (a pyenv or
+# distribution build), named by PYTHON312 or found here.
+VLLM_PYTHON = "3.12"
+PYTHON_CANDIDATES = (
+    "python3.12",
+    "~/.pyenv/versions/3.12*/bin/python3.12",
+    "/opt/python3.12/bin/python3.12",
+)
+
+
+def find_python312(explicit: str | None) -> Path:
+    """The install prefix of the CPython 3.12 the vLLM stand-in carries."""
+    candidates = [explicit] if explicit else list(PYTHON_CANDIDATES)
+    for candidate in candidates:
+        pattern = str(Path(candidate).expanduser())
+        matches = sorted(Path("/").glob(pattern.lstrip("/"))) if "*" in pattern else []
+        found = matches[-1] if matches else shutil.which(pattern) if "*" not in pattern else None
+        if found and Path(found).is_file():
+            said = subprocess.run(
+                [str(found), "-c", "import sys; print(sys.version_info[0], sys.version_info[1], sys.base_prefix)"],
+                capture_output=True, text=True, check=False,
+            ).stdout.split()  # fmt: skip
+            version = ".".join(said[:2])
+            if version == VLLM_PYTHON:
+                return Path(said[2])  # the install prefix (a pyenv shim resolves to it too)
+            if explicit:
+                raise DevError(
+                    f"PYTHON312={explicit}: is Python {version or '?'}, not {VLLM_PYTHON}"
+                )
+    raise DevError(
+        f"the vLLM stand-in needs a CPython {VLLM_PYTHON} of this machine (the vLLM image's "
+        f"Python; Debian no longer packages it): set PYTHON312=/path/to/python{VLLM_PYTHON} "
+        "(a pyenv or distribution build with shared libpython)"
+    )
+
+
+def _python312_tar(context: Path, prefix: Path) -> None:
+    """The prefix (bin, lib, include), without its tests and installed packages."""
+    tar = context / "python312.tar"
+    excluded = (
+        f"lib/python{VLLM_PYTHON}/test",
+        f"lib/python{VLLM_PYTHON}/site-packages",
+        "__pycache__",
+    )
+    import tarfile
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if any(part in info.name for part in excluded) else info
+
+    with tarfile.open(tar, "w") as archive:
+        for part in ("bin", "lib", "include"):
+            archive.add(prefix / part, arcname=part, filter=keep)
+    print(f"the vLLM stand-in's Python: {prefix} ({tar.stat().st_size / 1e6:.0f} MB)")
+
+
 def _constraints(context: Path) -> None:
     """vLLM's dependencies at the regen requirements' pins (name==version, no hashes)."""
     text = (IMAGES_DIR / "regen" / "requirements.txt").read_text()
@@ -213,7 +269,11 @@ def _constraints(context: Path) -> None:
 
 
 def build_base_images(
-    engine: Engine, proxy_ca: str | None, mirror: str, rebuild: bool = False
+    engine: Engine,
+    proxy_ca: str | None,
+    mirror: str,
+    rebuild: bool = False,
+    python312: str | None = None,
 ) -> list[Built]:
     """Every stand-in that is not here yet (all with `rebuild`), tagged as the upstream base."""
     args = all_base_args()
@@ -234,6 +294,7 @@ def build_base_images(
                 _uv_binaries(context, ref.rsplit(":", 1)[1])
             else:
                 _constraints(context)
+                _python312_tar(context, find_python312(python312))
             build_args = {}
             if name == "VLLM_BASE":
                 build_args = {
@@ -244,7 +305,8 @@ def build_base_images(
             path = IMAGES_DIR / "base" / STAND_INS[name] / "Dockerfile"
             built.append(_build(engine, path, ref, context, build_args, {PROXY_CA_SECRET: ca}))
     # The root filesystem is only an input of the stand-ins built above: no need to keep it.
-    (context / ROOTFS_TAR).unlink(missing_ok=True)
+    for done in (ROOTFS_TAR, "python312.tar"):
+        (context / done).unlink(missing_ok=True)
     record(built, "base-images")
     return built
 

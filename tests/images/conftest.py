@@ -1,0 +1,42 @@
+"""Image tests (`make test-images`, after `make images`): every check runs inside a built image,
+as the image's user, with a read-only root filesystem and a tmpfs at /tmp only
+(dflash_dev.images.launch). Plain `make test` skips them: they need the images, which take
+minutes and gigabytes to build."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from dflash_dev.images.build import image_ref
+from dflash_dev.images.engine import Engine, detect_engine, image_exists
+
+ENABLED = os.environ.get("DFLASH_IMAGE_TESTS") == "1"
+REGISTRY = os.environ.get("DFLASH_IMAGE_REGISTRY", "ghcr.io/dflash-dev")
+TAG = os.environ.get("DFLASH_IMAGE_TAG", "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ENABLED:
+        return
+    skip = pytest.mark.skip(reason="image tests run with `make test-images` after `make images`")
+    for item in items:
+        if "tests/images/" in str(item.fspath):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    return detect_engine()
+
+
+@pytest.fixture(scope="session")
+def refs(engine: Engine) -> dict[str, str]:
+    """operator/trainer/regen -> the built image; a missing image fails with what to run."""
+    from dflash_dev.version import read_version
+
+    tag = TAG or read_version()
+    found = {name: image_ref(name, REGISTRY, tag) for name in ("operator", "trainer", "regen")}
+    missing = [ref for ref in found.values() if not image_exists(engine, ref)]
+    assert not missing, f"not built: {missing}; run `make images` (make base-images first here)"
+    return found
