@@ -107,13 +107,18 @@ test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- demo
+# FROM_IMAGES=1: the operator and every pod run from the built images (docs/images.md, "Running
+# the demo from the images"); it builds them first (make images), which needs a few GB of disk.
+FROM_IMAGES ?=
+DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REGISTRY) --image-tag=$(IMAGE_TAG))
+
 .PHONY: demo
-demo: venv binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
-	@$(PY) -m dflash_dev.demo run
+demo: venv binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
+	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-broken-data
-demo-broken-data: venv binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
-	@$(PY) -m dflash_dev.demo run --broken-data
+demo-broken-data: venv binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate
+	@$(PY) -m dflash_dev.demo run --broken-data $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-down
 demo-down: ## stop the demo's operator (make down stops it too)

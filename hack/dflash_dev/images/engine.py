@@ -208,6 +208,23 @@ def working_containers(engine: Engine) -> set[str]:
     return set(result.stdout.split())
 
 
+def other_builds_running() -> bool:
+    """Another Buildah/Podman build on this machine (its working containers are not ours)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words and Path(words[0].decode(errors="replace")).name in ("buildah", "podman"):
+            if any(w in (b"build", b"bud") for w in words[1:3]):
+                return True
+    return False
+
+
 def remove_containers(engine: Engine, ids: set[str]) -> None:
-    if ids:
+    """Remove the working containers a build left behind, unless another build runs (then
+    they may be its own: the next build alone cleans up)."""
+    if ids and not other_builds_running():
         subprocess.run([engine.binary, "rm", *sorted(ids)], capture_output=True, check=False)
