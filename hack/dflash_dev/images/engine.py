@@ -217,9 +217,9 @@ def other_builds_running() -> bool:
             words = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if words and Path(words[0].decode(errors="replace")).name in ("buildah", "podman"):
-            if any(w in (b"build", b"bud") for w in words[1:3]):
-                return True
+        program = Path(words[0].decode(errors="replace")).name if words else ""
+        if program in ("buildah", "podman") and any(w in (b"build", b"bud") for w in words[1:3]):
+            return True
     return False
 
 
