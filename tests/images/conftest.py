@@ -30,13 +30,28 @@ def engine() -> Engine:
     return detect_engine()
 
 
+class BuiltImages(dict[str, str]):
+    """operator/trainer/regen -> the built image; using one that is not built fails with what
+    to run."""
+
+    def __init__(self, engine: Engine, found: dict[str, str]) -> None:
+        super().__init__(found)
+        self.engine = engine
+
+    def __getitem__(self, name: str) -> str:
+        ref = super().__getitem__(name)
+        assert image_exists(self.engine, ref), (
+            f"{ref} is not built: run `make images` (`make base-images` first where the "
+            "bases' registries are unreachable)"
+        )
+        return ref
+
+
 @pytest.fixture(scope="session")
-def refs(engine: Engine) -> dict[str, str]:
-    """operator/trainer/regen -> the built image; a missing image fails with what to run."""
+def refs(engine: Engine) -> BuiltImages:
     from dflash_dev.version import read_version
 
     tag = TAG or read_version()
-    found = {name: image_ref(name, REGISTRY, tag) for name in ("operator", "trainer", "regen")}
-    missing = [ref for ref in found.values() if not image_exists(engine, ref)]
-    assert not missing, f"not built: {missing}; run `make images` (make base-images first here)"
-    return found
+    return BuiltImages(
+        engine, {n: image_ref(n, REGISTRY, tag) for n in ("operator", "trainer", "regen")}
+    )

@@ -44,9 +44,10 @@ def parse(module, args):
     sys.exit(f"{module}: ran to its end without parsing its arguments")
 
 assert sys.argv[1] == "-m", sys.argv
+module, args = sys.argv[2], sys.argv[3:]
 programs = []
-prog, namespace = parse(sys.argv[2], sys.argv[3:])
-programs.append({"module": sys.argv[2], "prog": prog, "args": {k: str(v) for k, v in vars(namespace).items()}})
+prog, namespace = parse(module, args)
+programs.append({"module": module, "prog": prog, "args": {k: str(v) for k, v in vars(namespace).items()}})
 if hasattr(namespace, "training_script"):  # torchrun: then the module it launches
     prog, inner = parse(namespace.training_script, list(namespace.training_script_args))
     programs.append({"module": namespace.training_script, "prog": prog, "args": {k: str(v) for k, v in vars(inner).items()}})

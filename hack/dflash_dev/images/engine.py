@@ -19,7 +19,7 @@ ENGINES = ("docker", "podman", "buildah")
 # Buildah and Podman run RUN steps with an OCI runtime by default; chroot isolation works as
 # root on machines where runc cannot create namespaces (this project's development machines).
 DEFAULT_ISOLATION = "chroot"
-INFO_TIMEOUT_SECONDS = 20
+INFO_TIMEOUT_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,19 @@ def _kind_of(binary: str) -> str:
     )
 
 
+def _probe(binary: str) -> str:
+    """Docker must reach its daemon (`info`); Buildah and Podman need none (`version`: their
+    `info` waits on the storage lock while a build commits)."""
+    return "info" if Path(binary).name.startswith("docker") else "version"
+
+
 def _answers(binary: str) -> bool:
     found = shutil.which(binary)
     if found is None:
         return False
     try:
         result = subprocess.run(
-            [found, "info"], capture_output=True, timeout=INFO_TIMEOUT_SECONDS, check=False
+            [found, _probe(binary)], capture_output=True, timeout=INFO_TIMEOUT_SECONDS, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -65,7 +71,7 @@ def detect_engine(requested: str | None = None) -> Engine:
     for binary in candidates:
         if _answers(binary):
             return Engine(_kind_of(binary), shutil.which(binary) or binary)
-    tried = ", ".join(f"'{c} info'" for c in candidates)
+    tried = ", ".join(f"'{c} {_probe(c)}'" for c in candidates)
     raise DevError(
         f"no container engine answers {tried}, so no image was built. Install one (Debian: "
         "apt-get install buildah, or podman; or run a Docker daemon with BuildKit) or name it "
