@@ -158,16 +158,17 @@ images: venv ## build the operator, trainer and regen images (Docker+BuildKit, P
 
 .PHONY: base-images
 base-images: venv ## build stand-ins of the images' bases from Debian and PyPI, under the upstream names (docs/images.md)
-	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild) $(if $(PYTHON312),--python312=$(PYTHON312))
+	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild) $(if $(PYTHON312),--python312=$(PYTHON312)) $(IMAGES)
 
 .PHONY: test-images
 test-images: venv ## check the built images from inside: entry points, every stage command, imports, sizes (docs/images.md)
-	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
 	  $(PY) -m pytest tests/images -m "not e2e" $(PYTEST_ARGS)
+	@case " $(IMAGES) " in *" regen "*) $(PY) -m dflash_dev.images regen-inputs --write;; esac
 
 .PHONY: test-images-e2e
 test-images-e2e: venv binaries ## the demo's run with every pod and the operator from the images (make images first)
-	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
 	  $(PY) -m pytest tests/images -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- process executor

@@ -241,6 +241,13 @@ class PodWorker:
             state = terminated(START_ERROR_EXIT_CODE, exc.reason, str(exc), started_at, now(), cid)
             return Exit(START_ERROR_EXIT_CODE, state, 0.0)
         host_log_before = _mtime(HOST_TERMINATION_LOG)
+        if prepared.image is not None:
+            start = prepared.image
+            root = "read-only root" if start.readonly_root else "writable root"
+            logs.note(
+                self.log_file,
+                f"from image {start.image} as {start.uid}:{start.gid}, {root}, cwd {start.cwd}",
+            )
         offset = logs.begin(self.log_file, self.uid, self.restart_count, argv)
         # Image mode: the launcher gets only the container marker; the container's env is
         # set by the launcher at exec (none of it may steer the launcher's own Python).

@@ -11,6 +11,7 @@ from dflash_dev.errors import DevError
 from .build import DEFAULT_DEBIAN_MIRROR, IMAGES, build_base_images, build_images
 from .engine import detect_engine
 from .launch import run_in_image
+from .regen_inputs import is_changed, write_stamp
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     base.add_argument("--debian-mirror", default=DEFAULT_DEBIAN_MIRROR)
     base.add_argument("--rebuild", action="store_true", help="also those already here")
     base.add_argument("--python312", help="the CPython 3.12 the vLLM stand-in carries")
+    base.add_argument(
+        "images",
+        nargs="*",
+        default=list(IMAGES),
+        metavar="IMAGE",
+        help="build the bases these images need (default: all three)",
+    )
+    regen = sub.add_parser("regen-inputs", help="has the regen image's input changed? (CI)")
+    regen.add_argument("--write", action="store_true", help="record them as tested")
     run = sub.add_parser("run", help="run a command in an image (read-only root, /tmp tmpfs)")
     run.add_argument("image")
     run.add_argument(
@@ -38,15 +48,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "regen-inputs":
+        if args.write:
+            print(f"wrote {write_stamp()}")
+            return 0
+        changed = is_changed()
+        print("the regen image's inputs " + ("changed: build it" if changed else "are unchanged"))
+        return 0 if changed else 1
     try:
         engine = detect_engine(args.engine or None)
         if args.command == "build":
             images = [word for item in args.images for word in item.split()]
             build_images(engine, images, args.registry, args.tag, args.proxy_ca or None)
         elif args.command == "base":
+            images = [word for item in args.images for word in item.split()]
             build_base_images(
-                engine, args.proxy_ca or None, args.debian_mirror, args.rebuild, args.python312
-            )
+                engine, args.proxy_ca or None, args.debian_mirror, args.rebuild, args.python312,
+                images,
+            )  # fmt: skip
         else:
             command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
             result = run_in_image(engine, args.image, command)

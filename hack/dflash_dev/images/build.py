@@ -23,6 +23,7 @@ from .engine import (
     Engine,
     build_argv,
     build_env,
+    build_temp_dirs,
     image_exists,
     image_size,
     remove_containers,
@@ -108,14 +109,17 @@ def _build(
 ) -> Built:
     argv = build_argv(engine, path, ref, context, build_args, secrets)
     print(f"building {ref} from {path.relative_to(REPO_ROOT)} with {engine.kind}", flush=True)
-    before = working_containers(engine)
+    before, temp_before = working_containers(engine), build_temp_dirs()
     started = time.monotonic()
     try:
         result = subprocess.run(argv, env=build_env(engine), cwd=REPO_ROOT, check=False)
     finally:
         # Buildah 1.28 keeps the working containers of stages only mounted (`--mount=from=`)
-        # and of interrupted builds: each holds a writable layer. Remove this build's.
-        remove_containers(engine, working_containers(engine) - before)
+        # and of interrupted builds (each holds a writable layer), and an interrupted commit
+        # leaves its layer blob in /var/tmp. Remove this build's.
+        remove_containers(
+            engine, working_containers(engine) - before, build_temp_dirs() - temp_before
+        )
     seconds = time.monotonic() - started
     if result.returncode != 0:
         raise DevError(f"building {ref} failed (exit {result.returncode}): {' '.join(argv)}")
@@ -274,16 +278,21 @@ def build_base_images(
     mirror: str,
     rebuild: bool = False,
     python312: str | None = None,
+    images: list[str] | None = None,
 ) -> list[Built]:
-    """Every stand-in that is not here yet (all with `rebuild`), tagged as the upstream base."""
+    """Every stand-in the `images` need that is not here yet (all with `rebuild`), tagged as
+    the upstream base."""
     args = all_base_args()
+    needed = {name for image in images or IMAGES for name in base_args(dockerfile(image))}
+    if "VLLM_BASE" in needed:
+        needed |= set(base_args(IMAGES_DIR / "base" / "vllm" / "Dockerfile"))
     context = base_context()
     context.mkdir(parents=True, exist_ok=True)
     built = []
     with tempfile.TemporaryDirectory(prefix="dflash-base-") as scratch:
         ca, said = proxy_ca_file(proxy_ca, Path(scratch))
         print(f"container engine: {engine.kind} ({engine.binary}); proxy CA: {said}")
-        for name in STAND_IN_ORDER:
+        for name in (n for n in STAND_IN_ORDER if n in needed):
             ref = strip_digest(args[name])
             if image_exists(engine, ref) and not rebuild:
                 print(f"{ref}: here already (make base-images REBUILD=1 builds it again)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -229,8 +230,21 @@ def other_builds_running() -> bool:
     return False
 
 
-def remove_containers(engine: Engine, ids: set[str]) -> None:
-    """Remove the working containers a build left behind, unless another build runs (then
-    they may be its own: the next build alone cleans up)."""
-    if ids and not other_builds_running():
+def build_temp_dirs() -> set[Path]:
+    """Buildah's and Podman's temporary dirs (layer blobs while committing: as large as the
+    layer) under TMPDIR or /var/tmp; an interrupted build leaves them behind."""
+    root = Path(os.environ.get("TMPDIR", "/var/tmp"))  # noqa: S108 - containers' default
+    return {
+        p for p in root.glob("*") if p.is_dir() and re.fullmatch(r"(buildah|storage)\d+", p.name)
+    }
+
+
+def remove_containers(engine: Engine, ids: set[str], temp_dirs: set[Path] | None = None) -> None:
+    """Remove the working containers and temporary dirs a build left behind, unless another
+    build runs (then they may be its own: the next build alone cleans up)."""
+    if other_builds_running():
+        return
+    if ids:
         subprocess.run([engine.binary, "rm", *sorted(ids)], capture_output=True, check=False)
+    for folder in temp_dirs or set():
+        shutil.rmtree(folder, ignore_errors=True)

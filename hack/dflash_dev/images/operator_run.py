@@ -31,6 +31,7 @@ def operator_image_launch(
     config = image_config(engine, image)
     rootfs = create_rootfs(engine, image, name)
     uid, gid = resolve_user(config, rootfs.path, None, None)
+    workdir.mkdir(parents=True, exist_ok=True)
     mounted = workdir / "operator-image"
     shutil.rmtree(mounted, ignore_errors=True)
     mounted.mkdir(parents=True)
