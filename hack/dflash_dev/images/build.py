@@ -71,6 +71,15 @@ def strip_digest(ref: str) -> str:
     return ref.split("@", 1)[0]
 
 
+def qualified(ref: str) -> str:
+    """Docker's normalization: `python:3` -> `docker.io/library/python:3`, `vllm/x` ->
+    `docker.io/vllm/x`. A stand-in is tagged so, or Buildah would tag it `localhost/...`."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return ref
+    return f"docker.io/{ref}" if rest else f"docker.io/library/{ref}"
+
+
 def image_ref(image: str, registry: str, tag: str) -> str:
     return f"{registry.rstrip('/')}/dflash-{image}:{tag}"
 
@@ -293,7 +302,7 @@ def build_base_images(
         ca, said = proxy_ca_file(proxy_ca, Path(scratch))
         print(f"container engine: {engine.kind} ({engine.binary}); proxy CA: {said}")
         for name in (n for n in STAND_IN_ORDER if n in needed):
-            ref = strip_digest(args[name])
+            ref = qualified(strip_digest(args[name]))
             if image_exists(engine, ref) and not rebuild:
                 print(f"{ref}: here already (make base-images REBUILD=1 builds it again)")
                 continue

@@ -15,6 +15,7 @@ from dflash_dev.images.build import (
     base_args,
     dockerfile,
     proxy_ca_file,
+    qualified,
     strip_digest,
 )
 from dflash_dev.images.engine import Engine, build_argv, detect_engine
@@ -33,6 +34,21 @@ def test_the_bases_are_the_upstream_images_and_the_dockerfiles_agree_on_them() -
         "UV_IMAGE",
         "VLLM_BASE",
     ]
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("python:3.11.18-slim-trixie", "docker.io/library/python:3.11.18-slim-trixie"),
+        ("vllm/vllm-openai:v0.33.0", "docker.io/vllm/vllm-openai:v0.33.0"),
+        ("ghcr.io/astral-sh/uv:0.13.9", "ghcr.io/astral-sh/uv:0.13.9"),
+        ("localhost/x:1", "localhost/x:1"),
+    ],
+)
+def test_stand_ins_are_tagged_with_the_fully_qualified_upstream_name(
+    ref: str, expected: str
+) -> None:
+    assert qualified(ref) == expected
 
 
 def test_a_digest_pin_is_dropped_for_the_stand_in_tag() -> None:
