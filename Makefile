@@ -158,7 +158,7 @@ images: venv ## build the operator, trainer and regen images (Docker+BuildKit, P
 
 .PHONY: base-images
 base-images: venv ## build stand-ins of the images' bases from Debian and PyPI, under the upstream names (docs/images.md)
-	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild) $(if $(PYTHON312),--python312=$(PYTHON312)) $(IMAGES)
+	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild=$(if $(filter 1,$(REBUILD)),all,$(REBUILD))) $(if $(PYTHON312),--python312=$(PYTHON312)) $(IMAGES)
 
 .PHONY: test-images
 test-images: venv ## check the built images from inside: entry points, every stage command, imports, sizes (docs/images.md)

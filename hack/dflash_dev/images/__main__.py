@@ -27,7 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--tag", required=True)
     base = sub.add_parser("base", help="build the stand-ins of the base images")
     base.add_argument("--debian-mirror", default=DEFAULT_DEBIAN_MIRROR)
-    base.add_argument("--rebuild", action="store_true", help="also those already here")
+    base.add_argument(
+        "--rebuild", nargs="?", const="all", default="",
+        help="also those already here (all, or a comma list of uv,python,cuda,vllm)",
+    )  # fmt: skip
     base.add_argument("--python312", help="the CPython 3.12 the vLLM stand-in carries")
     base.add_argument(
         "images",
@@ -62,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             build_images(engine, images, args.registry, args.tag, args.proxy_ca or None)
         elif args.command == "base":
             images = [word for item in args.images for word in item.split()]
+            rebuild: bool | list[str] = (
+                args.rebuild == "all" or args.rebuild.split(",") if args.rebuild else False
+            )
             build_base_images(
-                engine, args.proxy_ca or None, args.debian_mirror, args.rebuild, args.python312,
+                engine, args.proxy_ca or None, args.debian_mirror, rebuild, args.python312,
                 images,
             )  # fmt: skip
         else:

@@ -285,7 +285,7 @@ def build_base_images(
     engine: Engine,
     proxy_ca: str | None,
     mirror: str,
-    rebuild: bool = False,
+    rebuild: bool | list[str] = False,
     python312: str | None = None,
     images: list[str] | None = None,
 ) -> list[Built]:
@@ -303,8 +303,11 @@ def build_base_images(
         print(f"container engine: {engine.kind} ({engine.binary}); proxy CA: {said}")
         for name in (n for n in STAND_IN_ORDER if n in needed):
             ref = qualified(strip_digest(args[name]))
-            if image_exists(engine, ref) and not rebuild:
-                print(f"{ref}: here already (make base-images REBUILD=1 builds it again)")
+            again = rebuild is True or (isinstance(rebuild, list) and STAND_INS[name] in rebuild)
+            if image_exists(engine, ref) and not again:
+                print(
+                    f"{ref}: here already (make base-images REBUILD=1 builds it again, REBUILD=vllm that one)"
+                )
                 continue
             if name in ("PYTHON_BASE", "CUDA_BASE"):
                 _debian_rootfs(context, mirror)
