@@ -64,7 +64,7 @@ ABSENT = {"operator": ["torch", "boto3", "dflash_trainer"]}
 TESTED = os.environ.get("DFLASH_IMAGES", "operator trainer regen").split()
 
 
-def tested(images: list[str]) -> list[str]:
+def under_test(images: list[str]) -> list[str]:
     return [i for i in images if i in TESTED]
 
 
@@ -97,7 +97,7 @@ def test_the_operator_image_starts_its_entrypoint_as_a_non_root_user(
     assert code != 0 and "Read-only file system" in out, out
 
 
-@pytest.mark.parametrize("image", tested(["trainer", "regen"]))
+@pytest.mark.parametrize("image", under_test(["trainer", "regen"]))
 def test_the_memory_plan_runs_in_the_image(
     engine: Engine, refs: dict[str, str], image: str
 ) -> None:
@@ -108,7 +108,7 @@ def test_the_memory_plan_runs_in_the_image(
     assert code == 0 and "usage:" in out, out
 
 
-@pytest.mark.parametrize("image", tested(list(IMPORTS)))
+@pytest.mark.parametrize("image", under_test(list(IMPORTS)))
 def test_what_each_stage_imports_is_in_the_image(
     engine: Engine, refs: dict[str, str], image: str
 ) -> None:
@@ -158,7 +158,7 @@ def test_every_command_the_operator_renders_parses_in_its_image(
     } <= parsed_modules, parsed_modules  # fmt: skip
 
 
-@pytest.mark.parametrize("image", tested(list(BUDGETS_GB)))
+@pytest.mark.parametrize("image", under_test(list(BUDGETS_GB)))
 def test_the_image_stays_under_its_size_budget(
     engine: Engine, refs: dict[str, str], image: str
 ) -> None:
