@@ -5,6 +5,7 @@ with the same name, so the Dockerfiles build on it unchanged (docs/images.md).""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -84,6 +85,38 @@ def image_ref(image: str, registry: str, tag: str) -> str:
     return f"{registry.rstrip('/')}/dflash-{image}:{tag}"
 
 
+# What the images' build steps mount from the build context (.dockerignore lets in no more).
+LOCK_FILES = (
+    "uv.lock",
+    "pyproject.toml",
+    "operator/pyproject.toml",
+    "trainer/pyproject.toml",
+    "hack/pyproject.toml",
+    "memplan/pyproject.toml",
+    "images/regen/requirements.txt",
+)
+SOURCE_DIRS = ("operator/dflash_operator", "trainer/dflash_trainer", "memplan/dflash_memplan")
+
+
+def context_digests(root: Path = REPO_ROOT) -> dict[str, str]:
+    """LOCK_DIGEST and SOURCES_DIGEST: sha256 of what the build steps mount, so a change of
+    them invalidates those steps' cache on every engine (Buildah keys a RUN on its text and
+    arguments, not on its mounts' content)."""
+    lock = hashlib.sha256()
+    for name in LOCK_FILES:
+        path = root / name
+        if path.is_file():
+            lock.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    sources = hashlib.sha256()
+    for folder in SOURCE_DIRS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                sources.update(
+                    str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0"
+                )
+    return {"LOCK_DIGEST": lock.hexdigest(), "SOURCES_DIGEST": sources.hexdigest()}
+
+
 def proxy_ca_file(explicit: str | None, scratch: Path) -> tuple[Path, str]:
     """The CA bundle the build trusts for downloads (the secret `proxy-ca`): PROXY_CA, else
     this machine's SSL_CERT_FILE, else an empty file (the images' own trust store is used)."""
@@ -159,11 +192,12 @@ def build_images(
     with tempfile.TemporaryDirectory(prefix="dflash-images-") as scratch:
         ca, said = proxy_ca_file(proxy_ca, Path(scratch))
         print(f"container engine: {engine.kind} ({engine.binary}); proxy CA: {said}")
+        digests = context_digests()
         for image in images:
             path = dockerfile(image)
-            overrides = _stand_in_overrides(engine, base_args(path))
+            build_args = {**_stand_in_overrides(engine, base_args(path)), **digests}
             ref = image_ref(image, registry, tag)
-            built.append(_build(engine, path, ref, REPO_ROOT, overrides, {PROXY_CA_SECRET: ca}))
+            built.append(_build(engine, path, ref, REPO_ROOT, build_args, {PROXY_CA_SECRET: ca}))
     record(built, "images")
     return built
 

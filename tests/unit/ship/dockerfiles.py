@@ -97,6 +97,8 @@ def run_commands(path: Path) -> list[list[str]]:
             continue
         for part in instruction.arguments.split("&&"):
             argv = [word for word in shlex.split(part) if not word.startswith("--mount=")]
+            while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # VAR=value cmd ...
+                argv = argv[1:]
             # The proxy-CA preamble (`if [ -s ... ]; then export ...; fi`) is not a command.
             if argv and argv[0] != "if":
                 commands.append(argv)
