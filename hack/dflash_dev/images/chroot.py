@@ -59,9 +59,39 @@ def _bind(source: str, target: str, readonly: bool) -> None:
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
+MAX_SYMLINKS = 40
+
+
+def resolve_in_root(root: Path, path: str) -> Path:
+    """`path` inside the root filesystem at `root`, its symlinks resolved as the container sees
+    them: an absolute link restarts at `root`, `..` stops at it (runc's securejoin). Debian's
+    /var/run -> /run is why: followed on this machine, it would lead out of the image."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    current = root
+    seen = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            current = current.parent if current != root else root
+            continue
+        candidate = current / part
+        if candidate.is_symlink():
+            seen += 1
+            if seen > MAX_SYMLINKS:
+                raise OSError(f"too many symlinks resolving {path} in {root}")
+            link = str(candidate.readlink())
+            if link.startswith("/"):
+                current = root
+            parts = [p for p in link.split("/") if p not in ("", ".")] + parts
+            continue
+        current = candidate
+    return current
+
+
 def _target(root: Path, path: str, is_file: bool) -> str:
-    """root + path, created (as an empty dir or file) when missing, symlinks not followed out."""
-    target = root / path.lstrip("/")
+    """The mount point of `path` inside `root` (symlinks resolved inside it), created as an
+    empty dir or file when missing."""
+    target = resolve_in_root(root, path)
     if is_file:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():

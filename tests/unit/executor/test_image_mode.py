@@ -72,3 +72,20 @@ def test_the_containers_env_wins_over_the_runtimes_over_the_images() -> None:
 def test_an_image_without_path_gets_the_runtimes_default() -> None:
     env = build_image_env(config(env={}), {}, {})
     assert env["PATH"].startswith("/usr/local/sbin:/usr/local/bin")
+
+
+def test_mount_points_resolve_symlinks_inside_the_image_root(tmp_path: Path) -> None:
+    """Debian's /var/run -> /run: the ServiceAccount token's mount point must be the image's
+    /run/secrets/..., never this machine's (a link followed from outside the root)."""
+    from dflash_dev.images.chroot import resolve_in_root
+
+    root = tmp_path / "rootfs"
+    (root / "run").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var" / "run").symlink_to("/run")
+    (root / "opt").mkdir()
+    (root / "opt" / "rel").symlink_to("../run")
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert resolve_in_root(root, token) == root / "run/secrets/kubernetes.io/serviceaccount"
+    assert resolve_in_root(root, "/opt/rel/x") == root / "run" / "x"
+    assert resolve_in_root(root, "/../../etc/passwd") == root / "etc" / "passwd"
