@@ -108,7 +108,7 @@ test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
 
 # ---------------------------------------------------------------- demo
 # FROM_IMAGES=1: the operator and every pod run from the built images (docs/images.md, "Running
-# the demo from the images"); it builds them first (make images), which needs a few GB of disk.
+# from the images"); it builds them first (make images), which needs about 20 GB of disk.
 FROM_IMAGES ?=
 DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REGISTRY) --image-tag=$(IMAGE_TAG))
 
