@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from dflash_dev.demo import assets
 from dflash_dev.demo.harness import STAGE_JOBS
+from dflash_operator.api.constants import LABEL_STAGE
 
 pytestmark = pytest.mark.e2e
 # As tests/e2e/test_demo.py: a trained drafter of this size beats an untrained one (1.00).
@@ -42,7 +43,7 @@ def _check_pods_ran_from_their_images(harness: Any, stage_images: dict[str, str]
     for pod in pods:
         name = pod["metadata"]["name"]
         image = pod["spec"]["containers"][0]["image"]
-        regen = "-canary-" in name or "-regen-" in name
+        regen = pod["metadata"]["labels"][LABEL_STAGE] in ("canary", "regen")
         assert image == stage_images["regen" if regen else "trainer"], (name, image)
         log = harness.executor.logs(harness.namespace, name)
         assert f"from image {image} as 65532:65532, read-only root" in log, log[:2000]
