@@ -87,12 +87,20 @@ plugin: venv ## build dist/kubectl-dflash (one-file zipapp, any Linux/macOS with
 test: venv binaries lint ## the whole suite: unit, integration (real control plane + S3), e2e
 	@$(PY) -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-regen-pins
+	@$(MAKE) --no-print-directory test-version-floor
 
 .PHONY: test-regen-pins
 test-regen-pins: venv ## the data stages' unit tests with the regen image's versions (vLLM's transformers, numpy)
 	@with="$$($(PY) -m dflash_dev.regen_requirements --uv-with)"; \
 	$(UV) run --quiet $$with python -c 'import numpy, transformers; print(f"regen image versions: transformers {transformers.__version__}, numpy {numpy.__version__}")' && \
 	$(UV) run --quiet $$with python -m pytest -m unit tests/unit/data -q -p no:cacheprovider
+
+.PHONY: test-version-floor
+test-version-floor: venv ## the trainer's and data stages' unit tests on the oldest torch and transformers the trainer supports (2.11, 5.17)
+	@python="$$($(PY) -m dflash_dev.floor_env --python)"; \
+	$$python -c 'import torch, transformers; print(f"version floor: torch {torch.__version__}, transformers {transformers.__version__}")' && \
+	$$python -m pytest -m "unit and not slow" tests/unit/trainer tests/unit/data -q -p no:cacheprovider \
+	  -k "not loss_decreases_over_50_steps and not gpu_smoke_dry_run"
 
 .PHONY: test-unit
 test-unit: venv ## unit tests only (no servers)
