@@ -150,6 +150,10 @@ class Executor:
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         keeper.shutdown()
+        if self.ctx.engine is not None:
+            # No root filesystem outlives the executor: a pod that starts again after a restart
+            # gets a fresh one (as a container is re-created after a node reboot).
+            remove_orphan_rootfs(self.ctx.engine, self.cfg.instance, live_uids=set())
         log.info("stopped; %d pod(s) were still active", len(workers))
 
     # ------------------------------------------------------------------ pods

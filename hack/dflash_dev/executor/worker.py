@@ -19,7 +19,7 @@ from . import logs, process
 from .context import Context, finalize_pod
 from .errors import START_ERROR_EXIT_CODE, PodConfigError, PodStartError, WaitInterruptedError
 from .events import post_event
-from .image_mode import image_argv, image_launcher_env
+from .image_mode import image_argv, image_launcher_env, release_rootfs
 from .kube import Obj, is_status, pod_path
 from .prepare import Prepared, prepare_start
 from .sandbox import DEFAULT_TERMINATION_PATH, Sandbox
@@ -158,6 +158,8 @@ class PodWorker:
                 return
             if not should_restart(self.policy, ended.code):
                 self._report(ended.state, phase=terminal_phase(ended.code))
+                if self.ctx.engine is not None:  # its container will not run again
+                    release_rootfs(self.ctx.engine, self.ctx.cfg.instance, self.uid)
                 log.info("pod %s: %s (exit %d)", self.key, terminal_phase(ended.code), ended.code)
                 return
             self.last_state = ended.state
