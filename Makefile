@@ -104,12 +104,20 @@ plugin: venv ## build dist/kubectl-dflash (one-file zipapp, any Linux/macOS with
 test: venv binaries lint ## the whole suite: unit, integration (real control plane + S3), e2e
 	@$(PY) -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-regen-pins
+	@$(MAKE) --no-print-directory test-version-floor
 
 .PHONY: test-regen-pins
 test-regen-pins: venv ## the data stages' unit tests with the regen image's versions (vLLM's transformers, numpy)
 	@with="$$($(PY) -m dflash_dev.regen_requirements --uv-with)"; \
 	$(UV) run --quiet $$with python -c 'import numpy, transformers; print(f"regen image versions: transformers {transformers.__version__}, numpy {numpy.__version__}")' && \
 	$(UV) run --quiet $$with python -m pytest -m unit tests/unit/data -q -p no:cacheprovider
+
+.PHONY: test-version-floor
+test-version-floor: venv ## the trainer's and data stages' unit tests on the oldest torch and transformers the trainer supports (2.11, 5.17)
+	@python="$$($(PY) -m dflash_dev.floor_env --python)"; \
+	$$python -c 'import torch, transformers; print(f"version floor: torch {torch.__version__}, transformers {transformers.__version__}")' && \
+	$$python -m pytest -m "unit and not slow" tests/unit/trainer tests/unit/data -q -p no:cacheprovider \
+	  -k "not loss_decreases_over_50_steps and not gpu_smoke_dry_run"
 
 .PHONY: test-unit
 test-unit: venv actionlint ## unit tests only (no servers)
@@ -124,13 +132,18 @@ test-e2e: venv cluster-binaries ## end-to-end tests (pods run as local processes
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- demo
+# FROM_IMAGES=1: the operator and every pod run from the built images (docs/images.md, "Running
+# from the images"); it builds them first (make images), which needs about 20 GB of disk.
+FROM_IMAGES ?=
+DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REGISTRY) --image-tag=$(IMAGE_TAG))
+
 .PHONY: demo
-demo: venv cluster-binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
-	@$(PY) -m dflash_dev.demo run
+demo: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
+	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-broken-data
-demo-broken-data: venv cluster-binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
-	@$(PY) -m dflash_dev.demo run --broken-data
+demo-broken-data: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate
+	@$(PY) -m dflash_dev.demo run --broken-data $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-down
 demo-down: ## stop the demo's operator (make down stops it too)
@@ -155,17 +168,33 @@ set-version: venv ## write a new release version everywhere: make set-version VE
 # ---------------------------------------------------------------- images
 IMAGE_REGISTRY ?= ghcr.io/dflash-dev
 IMAGE_TAG ?= $(RELEASE_VERSION)
-DOCKER ?= docker
+# The container engine: docker (BuildKit), podman or buildah; empty: the first that answers.
+DOCKER ?=
 IMAGES ?= operator trainer regen
+# CA bundle of a TLS-intercepting proxy, passed to builds as the secret `proxy-ca` (default:
+# this machine's SSL_CERT_FILE, when set).
+PROXY_CA ?=
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+IMAGES_CLI = $(PY) -m dflash_dev.images $(if $(DOCKER),--engine=$(DOCKER)) $(if $(PROXY_CA),--proxy-ca=$(PROXY_CA))
 
 .PHONY: images
-images: ## build the operator, trainer and regen images, tagged with VERSION (needs a Docker engine; docs/images.md)
-	@$(DOCKER) info >/dev/null 2>&1 || { \
-	  echo "error: no container engine answers '$(DOCKER) info', so no image was built. make images builds where a Docker engine runs (DOCKER=podman for Podman); without one, tests/unit/ship lints the Dockerfiles and checks them against uv.lock" >&2; exit 1; }
-	@for image in $(IMAGES); do \
-	  echo "building $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) from images/$$image/Dockerfile"; \
-	  $(DOCKER) build -f images/$$image/Dockerfile -t $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) . || exit 1; \
-	done
+images: venv ## build the operator, trainer and regen images (Docker+BuildKit, Podman or Buildah; docs/images.md)
+	@$(IMAGES_CLI) build --registry=$(IMAGE_REGISTRY) --tag=$(IMAGE_TAG) $(IMAGES)
+
+.PHONY: base-images
+base-images: venv ## build stand-ins of the images' bases from Debian and PyPI, under the upstream names (docs/images.md)
+	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild=$(if $(filter 1,$(REBUILD)),all,$(REBUILD))) $(if $(PYTHON312),--python312=$(PYTHON312)) $(IMAGES)
+
+.PHONY: test-images
+test-images: venv ## check the built images from inside: entry points, every stage command, imports, sizes (docs/images.md)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m "not e2e" $(PYTEST_ARGS)
+	@case " $(IMAGES) " in *" regen "*) $(PY) -m dflash_dev.images regen-inputs --write;; esac
+
+.PHONY: test-images-e2e
+test-images-e2e: venv binaries ## the demo's run with every pod and the operator from the images (make images first)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- process executor
 .PHONY: executor-up

@@ -1,13 +1,20 @@
 """One GPU smoke run of the whole trainer pipeline, every step timed, figures in one table.
 
-Tiny random targets built here (nothing downloaded): vLLM regeneration of 256 prompts through
-the project's regeneration CLI on a Qwen3 and a Qwen3.5 (Gated DeltaNet) target, tokenization,
-50 bf16 flex-attention training steps (step time, tokens/s, MFU, peak memory against the memory
-plan), export, and acceptance with the project's eval (builtin engine and vLLM `method: dflash`).
+Tiny random targets built here (nothing downloaded): regeneration of 256 prompts through the
+project's regeneration CLI on a Qwen3 and a Qwen3.5 (Gated DeltaNet; fla kernels where `fla` is
+importable, transformers' torch fallback otherwise) target, with vLLM where it is importable and
+the transformers engine otherwise; tokenization; 50 bf16 training steps with the production
+drafter's shapes at small depth (heads 256 wide, a sliding-window layer and a full one,
+activation checkpointing, FSDP2 on one rank, flex attention with the kernel options chosen for
+this GPU): step time, tokens/s, MFU, peak memory against the memory plan; a few steps on the
+Gated DeltaNet target; the flex backward at width 256 with this GPU's options and with sm_12x's;
+one loss chunk at a 248,320-token vocabulary (bytes per logit against the plan); export; and
+acceptance with the project's eval (builtin engine, and vLLM `method: dflash` where importable).
 A failed step is reported (name, first lines of its error) and the others run where they can;
-exit 1 if any step failed. `--dry-run` runs the same steps on CPU (transformers engine, float32,
-dense/SDPA attention, tiny sizes) in about a minute; tests/unit/trainer/test_gpu_smoke_script.py
-runs it. Wrapper: bench/gpu_smoke.sh [--dry-run] [OUT_DIR] (default $OUT, else ./gpu-smoke-out).
+exit 1 if any step failed. `--dry-run` runs the same steps on CPU (float32, dense/SDPA
+attention, tiny sizes) in about a minute; tests/unit/trainer/test_gpu_smoke_script.py runs it.
+Wrapper: bench/gpu_smoke.sh [--dry-run] [OUT_DIR] (default $OUT, else ./gpu-smoke-out), and
+its --kit / --offline modes for an air-gapped machine (bench/gpu_smoke_kit.py).
 """
 
 from __future__ import annotations
@@ -64,10 +71,23 @@ class Sizes:
     drafter_layers: int
     eval_prompts: int
     eval_tokens: int
+    # The production drafter's attention at small depth: heads as wide as the Qwen3.6-27B
+    # drafter's, one sliding-window layer (window below max_seq_len so it bites) and one full.
+    head_dim: int = 256
+    sliding_window: int = 256
+    # One loss chunk at the Qwen3.5/3.6 vocabulary: its rows (the default chunk on a GPU).
+    loss_vocab: int = 248_320
+    loss_rows: int = 1024
+    hybrid_steps: int = 10
 
 
-GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 128, 256, 8, 50, 5, 8, 512, 16, 2, 32, 128)
-DRY = Sizes("cpu", "float32", "auto", "transformers", 16, 16, 64, 8, 8, 2, 4, 96, 8, 2, 3, 16)
+GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 128, 256, 8, 50, 5, 8, 512, 16, 2, 16, 128)
+DRY = Sizes(
+    "cpu", "float32", "auto", "transformers", 16, 16, 64, 8, 8, 2, 4, 96, 8, 2, 3, 16,
+    head_dim=256, sliding_window=48, loss_rows=128, hybrid_steps=2,
+)  # fmt: skip
+# Trainer pods' allocator setting (operator children/pod.py); the plan's fragmentation assumes it.
+ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 
 @dataclass
@@ -151,13 +171,13 @@ def vllm_version() -> str:
     return match.group(1) if match else "<the tag in images/regen/Dockerfile>"
 
 
-def require_vllm() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        raise StepError(
-            "vLLM is not installed in this Python. Install the regeneration requirements: "
-            "uv pip install --no-deps --require-hashes -r images/regen/requirements.txt && "
-            f"uv pip install vllm=={vllm_version()} (or run with --dry-run on CPU)"
-        )
+def vllm_importable() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def gdn_kernels() -> str:
+    """What runs the Gated DeltaNet layers of the qwen3_5 target."""
+    return "fla" if importlib.util.find_spec("fla") is not None else "torch fallback"
 
 
 def build_target(smoke: Smoke, arch: str) -> dict[str, Any]:
@@ -183,19 +203,20 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
 
     target = smoke.need(f"target-{arch}", f"build-{arch}")
     s = smoke.sizes
-    if s.engine == "vllm":
-        require_vllm()
+    # Without vLLM the transformers engine regenerates (on the GPU when there is one), so
+    # every later step still runs; the report names the engine.
+    engine = s.engine if s.engine != "vllm" or vllm_importable() else "transformers"
     root = smoke.out / f"run-{arch}"
     engine_args = (
         ["--gpu-memory-utilization", "0.3", "--enforce-eager"]
-        if s.engine == "vllm"
-        else ["--batch-size", "8"]
+        if engine == "vllm"
+        else ["--batch-size", "32" if s.device == "cuda" else "8"]
     )
     start = time.perf_counter()
     smoke.cli(
         "dflash_trainer.data.regenerate",
         "--run-root", str(root), "--sources", str(smoke.out / "sources.yaml"),
-        "--model", str(target.path), "--engine", s.engine, "--dtype", s.dtype,
+        "--model", str(target.path), "--engine", engine, "--dtype", s.dtype,
         "--max-tokens", str(s.max_tokens), "--termination-log", str(root / "regen.result.json"),
         *engine_args,
         log=f"regen-{arch}",
@@ -206,18 +227,11 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
         raise StepError(f"regenerated {manifest['samples']} of {s.prompts} prompts: {manifest}")
     smoke.state[f"run-{arch}"] = root
     return {
+        "engine": engine,
         "samples": manifest["samples"],
         "output_tokens": manifest["outputTokens"],
         "output_tokens_per_s": round(manifest["outputTokens"] / seconds, 1),
     }
-
-
-def skip_without_fla(smoke: Smoke) -> None:
-    if smoke.sizes.device == "cuda" and importlib.util.find_spec("fla") is None:
-        raise SkipStepError(
-            "fla (flash-linear-attention) is not importable: the Gated DeltaNet target is "
-            "only smoke-tested with it (pip install flash-linear-attention)"
-        )
 
 
 def tokenize(smoke: Smoke) -> dict[str, Any]:
@@ -238,6 +252,34 @@ def tokenize(smoke: Smoke) -> dict[str, Any]:
     return {"rows": manifest.get("samples")}
 
 
+def build_drafter_section(smoke: Smoke, mask_token_id: int) -> dict[str, Any]:
+    """The production drafter's attention at small depth: wide heads, one sliding-window layer
+    and one full layer, activation checkpointing (the Qwen3.6-27B example's setting)."""
+    s = smoke.sizes
+    return {
+        "num_layers": s.drafter_layers, "block_size": s.block, "mask_token_id": mask_token_id,
+        "attention_backend": s.backend, "head_dim": s.head_dim, "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "layer_types": ["sliding_attention"] * (s.drafter_layers - 1) + ["full_attention"],
+        "sliding_window": s.sliding_window, "activation_checkpointing": True,
+    }  # fmt: skip
+
+
+def init_one_rank_group(device: str) -> None:
+    """A process group of one rank, so the drafter is wrapped in FSDP2 as in production."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if device == "cuda":
+        dist.init_process_group(
+            "nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0)
+        )
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
 def build_train_config(smoke: Smoke) -> Any:
     from dflash_trainer.train.config import TrainConfig
 
@@ -247,8 +289,8 @@ def build_train_config(smoke: Smoke) -> Any:
     return TrainConfig.model_validate({
         "run_root": str(root),
         "target": {"path": str(target.path), "dtype": s.dtype},
-        "drafter": {"num_layers": s.drafter_layers, "block_size": s.block,
-                    "mask_token_id": target.mask_token_id, "attention_backend": s.backend},
+        "drafter": build_drafter_section(smoke, target.mask_token_id),
+        "distributed": {"strategy": "fsdp2"},
         "data": {"tokenized_uri": str(smoke.state["tokenized"]), "max_seq_len": s.max_seq_len,
                  "batch_size": s.batch},
         "objective": {"anchors_per_sequence": s.max_seq_len // 4},
@@ -295,6 +337,7 @@ def train(smoke: Smoke) -> dict[str, Any]:
         raise StepError("no CUDA GPU visible (run with --dry-run on CPU)")
     torch.manual_seed(0)
     cfg = build_train_config(smoke)
+    init_one_rank_group(s.device)
     env = init_distributed(cfg.distributed.timeout_minutes)
     device = env.device
     trainer = Trainer(cfg, env)
@@ -308,6 +351,7 @@ def train(smoke: Smoke) -> dict[str, Any]:
         trainer.train_steps()
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.empty_cache()
     else:
         with meter:
             trainer.train_steps()
@@ -318,6 +362,7 @@ def train(smoke: Smoke) -> dict[str, Any]:
         torch.cuda.synchronize(device)
     step_s = (time.perf_counter() - start) / (s.steps - s.warmup)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak_bytes
+    reserved = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
     metrics = [json.loads(line) for line in Path(cfg.logging.metrics_file).read_text().splitlines()]
     timed = metrics[s.warmup :]
     mb = build_micro_batch(trainer.rows, np.arange(s.batch), 0, trainer.settings, device)
@@ -340,10 +385,152 @@ def train(smoke: Smoke) -> dict[str, Any]:
         "peak_memory_mib": round(peak / 2**20, 2),
         "plan_memory_mib": round(planned / 2**20, 2),
         "peak_over_plan": round(peak / planned, 3),
+        # What the caching allocator held at most over what tensors used: its fragmentation
+        # under expandable segments (the plan allows 5%).
+        "reserved_over_allocated": round(reserved / peak, 3) if reserved else None,
+        "wrapped": type(trainer.model).__name__,
         "first_loss": round(metrics[0]["loss"], 4),
         "last_loss": round(metrics[-1]["loss"], 4),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
+
+
+def train_hybrid(smoke: Smoke) -> dict[str, Any]:
+    """A few steps on the Gated DeltaNet target (fla or the torch fallback), self-distilled."""
+    import torch
+    from dflash_trainer.train.config import TrainConfig
+    from dflash_trainer.train.distributed import init_distributed
+    from dflash_trainer.train.trainer import Trainer
+
+    s = smoke.sizes
+    target = smoke.need("target-qwen3_5", "build-qwen3_5")
+    init_one_rank_group(s.device)
+    cfg = TrainConfig.model_validate({
+        "run_root": str(smoke.out / "train-qwen3_5"),
+        "target": {"path": str(target.path), "dtype": s.dtype},
+        "drafter": build_drafter_section(smoke, target.mask_token_id),
+        "distributed": {"strategy": "fsdp2"},
+        "data": {"self_distill": {"samples": s.batch * s.hybrid_steps, "prompt_tokens": 16,
+                                  "answer_tokens": 48}, "max_seq_len": 64, "batch_size": s.batch},
+        "objective": {"anchors_per_sequence": 16},
+        "optim": {"lr": 3e-3, "max_steps": s.hybrid_steps, "warmup_ratio": 0.0},
+        "checkpoint": {"every_steps": 10_000, "resume": False},
+        "logging": {"every_steps": 1, "metrics_file": str(smoke.out / "train-qwen3_5.jsonl")},
+    })  # fmt: skip
+    trainer = Trainer(cfg, init_distributed(cfg.distributed.timeout_minutes))
+    start = time.perf_counter()
+    trainer.train_steps()
+    seconds = time.perf_counter() - start
+    del trainer
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {"steps": s.hybrid_steps, "step_ms": round(seconds / s.hybrid_steps * 1e3, 1),
+            "gdn_kernels": gdn_kernels()}  # fmt: skip
+
+
+def flex_256(smoke: Smoke) -> dict[str, Any]:
+    """The flex backward at head width 256: this GPU's kernel options (model/flex_options.py)
+    and sm_12x's (the RTX PRO 6000 rule), each against the chunked SDPA kernel."""
+    import torch
+    from dflash_trainer.model import block_attention as ba
+    from dflash_trainer.model.flex_options import SMALL_TILE_BACKWARD, matching_rules, torch_release
+
+    if smoke.sizes.device != "cuda":
+        raise SkipStepError("flex attention is compiled for the GPU (the dry run uses SDPA)")
+    device = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    seq, anchors, block, heads, width = 1024, 64, 16, 4, 256
+    layout = ba.BlockLayout(
+        torch.sort(torch.randint(1, seq - block, (1, anchors), device=device)).values, seq, block
+    )
+    keys = seq + anchors * block
+
+    def grads(backend: str, options: dict[str, int] | None) -> tuple[list[Any], float]:
+        torch.manual_seed(1)
+        q = torch.randn(1, heads, anchors * block, width, device=device, dtype=torch.bfloat16)
+        k, v = (torch.randn(1, 2, keys, width, device=device, dtype=torch.bfloat16)
+                for _ in range(2))  # fmt: skip
+        tensors = [t.requires_grad_() for t in (q, k, v)]
+        saved = dict(ba._KERNEL_OPTIONS)
+        if options is not None:
+            ba._KERNEL_OPTIONS[(str(device), width, 2)] = options
+        try:
+            for _ in range(2):  # the first call compiles
+                for t in tensors:
+                    t.grad = None
+                torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                ba.block_attention(
+                    *tensors, layout, backend=backend, window=None
+                ).float().square().sum().backward()
+                torch.cuda.synchronize(device)
+        finally:
+            ba._KERNEL_OPTIONS.clear()
+            ba._KERNEL_OPTIONS.update(saved)
+        return [t.grad.float() for t in tensors], (time.perf_counter() - start) * 1e3
+
+    reference, sdpa_ms = grads("sdpa", None)
+    chosen, chosen_ms = grads("flex", None)
+    forced, forced_ms = grads("flex", SMALL_TILE_BACKWARD)
+    worst = max(
+        float((a - r).abs().max() / r.abs().max().clamp_min(1e-6))
+        for got in (chosen, forced) for a, r in zip(got, reference, strict=True)
+    )  # fmt: skip
+    capability = torch.cuda.get_device_capability(device)
+    rules = [r.name for r in matching_rules(capability, width, torch_release(torch.__version__))]
+    if worst > 0.05:
+        raise StepError(f"flex gradients differ from SDPA's by {worst:.3f} of their scale")
+    return {"capability": f"sm_{capability[0]}{capability[1]}", "rules": rules or "none",
+            "fwd_bwd_ms_this_gpu": round(chosen_ms, 2), "fwd_bwd_ms_sm12x_options":
+            round(forced_ms, 2), "fwd_bwd_ms_sdpa": round(sdpa_ms, 2),
+            "max_grad_diff_vs_sdpa": round(worst, 5)}  # fmt: skip
+
+
+def loss_vocab(smoke: Smoke) -> dict[str, Any]:
+    """One loss chunk at the Qwen3.5/3.6 vocabulary: the bytes its backward holds per logit
+    (against the plan's LOSS_BYTES_PER_LOGIT) and its time."""
+    import contextlib
+
+    import torch
+    from dflash_memplan.estimate import LOSS_BYTES_PER_LOGIT
+    from dflash_trainer.plan.meter import LiveTensorMeter
+    from dflash_trainer.train.loss import build_block_loss
+
+    s = smoke.sizes
+    device = torch.device(s.device, 0) if s.device == "cuda" else torch.device("cpu")
+    dtype = torch.bfloat16 if s.device == "cuda" else torch.float32
+    hidden_size, rows, vocab = 1024, s.loss_rows, s.loss_vocab
+    torch.manual_seed(0)
+    hidden = torch.randn(1, rows, hidden_size, device=device, requires_grad=True)
+    weight = (torch.randn(vocab, hidden_size, device=device) * 0.02).to(dtype)
+    labels = torch.randint(0, vocab, (1, rows), device=device)
+    weights = torch.ones(1, rows, device=device)
+    mixed = (torch.autocast("cuda", dtype=torch.bfloat16) if s.device == "cuda"
+             else contextlib.nullcontext())  # fmt: skip
+    meter = LiveTensorMeter()
+    with meter if s.device == "cpu" else contextlib.nullcontext():
+        with mixed:
+            parts = build_block_loss(hidden, weight, labels, weights, block_size=16,
+                                     normaliser=1.0, chunk_tokens=rows)  # fmt: skip
+        if s.device == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        else:
+            before = meter.current_bytes
+            meter.reset_peak()
+        start = time.perf_counter()
+        parts.scaled_loss.backward()
+        if s.device == "cuda":
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            peak = meter.peak_bytes
+    seconds = time.perf_counter() - start
+    per_logit = (peak - before) / (rows * vocab)
+    return {"vocab": vocab, "rows": rows, "bytes_per_logit": round(per_logit, 2),
+            "plan_bytes_per_logit": LOSS_BYTES_PER_LOGIT, "backward_ms": round(seconds * 1e3, 2)}  # fmt: skip
 
 
 def export(smoke: Smoke) -> dict[str, Any]:
@@ -406,18 +593,13 @@ def run_all(smoke: Smoke) -> None:
     smoke.run_step("build-qwen3", lambda: build_target(smoke, "qwen3"))
     smoke.run_step("regen-qwen3", lambda: regenerate(smoke, "qwen3"))
     smoke.run_step("tokenize", lambda: tokenize(smoke))
-
-    def hybrid(step: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-        def checked() -> dict[str, Any]:
-            skip_without_fla(smoke)
-            return step()
-
-        return checked
-
-    smoke.run_step("build-qwen3_5", hybrid(lambda: build_target(smoke, "qwen3_5")))
-    smoke.run_step("regen-qwen3_5", hybrid(lambda: regenerate(smoke, "qwen3_5")))
+    smoke.run_step("build-qwen3_5", lambda: build_target(smoke, "qwen3_5"))
+    smoke.run_step("regen-qwen3_5", lambda: regenerate(smoke, "qwen3_5"))
     smoke.run_step("train", lambda: train(smoke))
     smoke.run_step("export", lambda: export(smoke))
+    smoke.run_step("train-qwen3_5", lambda: train_hybrid(smoke))
+    smoke.run_step("flex-256", lambda: flex_256(smoke))
+    smoke.run_step("loss-vocab", lambda: loss_vocab(smoke))
     smoke.run_step("eval-builtin", lambda: evaluate(smoke, "builtin"))
     smoke.run_step("eval-vllm", lambda: evaluate(smoke, "vllm"))
 
@@ -429,6 +611,7 @@ def figure(smoke: Smoke, step: str, key: str) -> Any:
 
 def build_figures(smoke: Smoke) -> dict[str, Any]:
     return {
+        "regen_engine": figure(smoke, "regen-qwen3", "engine"),
         "regen_qwen3_output_tokens_per_s": figure(smoke, "regen-qwen3", "output_tokens_per_s"),
         "regen_qwen3_5_output_tokens_per_s": figure(smoke, "regen-qwen3_5", "output_tokens_per_s"),
         "train_tokens_per_s": figure(smoke, "train", "tokens_per_s"),
@@ -437,6 +620,13 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
         "peak_memory_mib": figure(smoke, "train", "peak_memory_mib"),
         "plan_memory_mib": figure(smoke, "train", "plan_memory_mib"),
         "peak_over_plan": figure(smoke, "train", "peak_over_plan"),
+        "reserved_over_allocated": figure(smoke, "train", "reserved_over_allocated"),
+        "train_qwen3_5_step_ms": figure(smoke, "train-qwen3_5", "step_ms"),
+        "gdn_kernels": figure(smoke, "train-qwen3_5", "gdn_kernels"),
+        "flex256_ms_this_gpu": figure(smoke, "flex-256", "fwd_bwd_ms_this_gpu"),
+        "flex256_ms_sm12x_options": figure(smoke, "flex-256", "fwd_bwd_ms_sm12x_options"),
+        "flex256_max_grad_diff": figure(smoke, "flex-256", "max_grad_diff_vs_sdpa"),
+        "loss_bytes_per_logit": figure(smoke, "loss-vocab", "bytes_per_logit"),
         "acceptance_builtin": figure(smoke, "eval-builtin", "acceptance_length"),
         "acceptance_vllm_dflash": figure(smoke, "eval-vllm", "acceptance_length"),
     }
@@ -463,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dry_run:  # the CPU path even on a GPU machine (training picks CUDA when it sees one)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.setdefault(*ALLOC_CONF)  # before torch is imported, as in a trainer pod
     out = Path(args.out or os.environ.get("OUT") or "gpu-smoke-out").resolve()
     out.mkdir(parents=True, exist_ok=True)
     smoke = Smoke(DRY if args.dry_run else GPU, out)

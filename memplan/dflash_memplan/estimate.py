@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from dflash_memplan.allocator import fragmentation_share
 from dflash_memplan.shapes import DrafterShape, TargetShape
 
 GIB = 1 << 30
@@ -32,6 +33,8 @@ AUTOCAST_WEIGHT_BYTES = 2
 NORM_SAVED_BYTES = 8
 # Per logit of one loss chunk at its backward: the float32 log-softmax kept by
 # cross_entropy, its gradient, and the logits' gradient (train/loss.py recomputes the chunk).
+# Measured at the dispatcher: 12.0 in float32, 12.1 under bf16 autocast
+# (tests/unit/trainer/test_memory_plan_measured.py; docs/memory-plan.md).
 LOSS_BYTES_PER_LOGIT = 12
 # Log-sum-exp per query and head that flash/flex attention keeps (float32).
 ATTENTION_LSE_BYTES = 4
@@ -43,9 +46,11 @@ FSDP_GATHERED_LAYERS = 2
 FSDP_UNSHARDED_GRAD_BYTES = 2 + 4
 # Workspace outside tensors: the CUDA context and kernel images (~0.5-1 GiB on Hopper and
 # Blackwell), NCCL communicator buffers (~0.5 GiB), cuBLAS workspaces and compiled flex
-# kernels: 2 GiB; and the caching allocator's fragmentation: 5% of the tensor peak.
+# kernels: 2 GiB; and the caching allocator's fragmentation, a share of the tensor peak that
+# depends on its setting (allocator.py: 5% with expandable segments, 15% without).
 WORKSPACE_FIXED_BYTES = 2 * GIB
-FRAGMENTATION_SHARE = 0.05
+# Bytes per element of FSDP2's reduce dtype (train.yaml distributed.reduce_dtype).
+REDUCE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Default loss chunk: about 2^28 logits per chunk (3 GiB at 12 B), in rows of 128.
 LOSS_CHUNK_LOGITS = 1 << 28
 LOSS_CHUNK_ROW_MULTIPLE = 128
@@ -74,6 +79,10 @@ class RankSetup:
     target_bytes: int = 2
     # drafter.activation_checkpointing: keep each layer's input, recompute it in backward.
     activation_checkpointing: bool = False
+    # FSDP2's reduce dtype in bytes: gradients accumulate unsharded in it between micro-batches.
+    reduce_bytes: int = 4
+    # PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True (trainer pods get it by default).
+    expandable_segments: bool = True
 
     @property
     def compute_bytes(self) -> int:
@@ -141,11 +150,14 @@ class MemoryEstimate:
     def workspace(self) -> Term:
         if self.setup.device != "cuda":
             return Term("workspace", 0, "none on CPU")
-        extra = WORKSPACE_FIXED_BYTES + int(self.tensor_bytes * FRAGMENTATION_SHARE)
+        share = fragmentation_share(self.setup.expandable_segments)
+        extra = WORKSPACE_FIXED_BYTES + int(self.tensor_bytes * share)
+        segments = "expandable segments" if self.setup.expandable_segments else "fixed segments"
         return Term(
             "workspace",
             extra,
-            "CUDA context, NCCL, cuBLAS: 2 GiB; allocator fragmentation: 5% of the tensors",
+            f"CUDA context, NCCL, cuBLAS: 2 GiB; allocator fragmentation: {share:.0%} of the "
+            f"tensors ({segments})",
         )
 
     @property
@@ -311,7 +323,19 @@ def _alive_through_backward(
 ) -> list[Term]:
     """Gradients of earlier micro-batches, and the weights' working copies."""
     terms = []
-    if setup.grad_accum > 1:
+    if setup.grad_accum > 1 and setup.sharded:
+        # set_requires_gradient_sync(False): no reduce-scatter until the last micro-batch, so
+        # the earlier ones' gradients are kept whole, in the reduce dtype (train/step.py).
+        dtype = {4: "float32", 2: "bf16"}.get(setup.reduce_bytes, f"{setup.reduce_bytes} B")
+        terms.append(
+            Term(
+                "FSDP2 accumulated gradients",
+                params * setup.reduce_bytes,
+                f"{_billions(params)} params, unsharded in {dtype} until the last "
+                "micro-batch's reduce-scatter",
+            )
+        )
+    elif setup.grad_accum > 1:
         terms.append(replace(grads, detail=grads.detail + ", kept across micro-batches"))
     if setup.sharded:
         gathered = (

@@ -18,7 +18,9 @@ def _line(term: Term) -> str:
     return f"  {term.name:<{NAME_WIDTH}} {gib(term.bytes):>12}  {term.detail}"
 
 
-def format_estimate(estimate: MemoryEstimate, capacity: int | None) -> list[str]:
+def format_estimate(
+    estimate: MemoryEstimate, capacity: int | None, capacity_source: str = ""
+) -> list[str]:
     """Every term (persistent, then the peak phase), the total and the verdict."""
     setup, target, drafter = estimate.setup, estimate.target, estimate.drafter
     lines = [
@@ -35,8 +37,13 @@ def format_estimate(estimate: MemoryEstimate, capacity: int | None) -> list[str]
     lines.append(f"  {'total':<{NAME_WIDTH}} {gib(estimate.total_bytes):>12}")
     if capacity is not None:
         spare = capacity - estimate.total_bytes
-        verdict = f"fits, {gib(spare)} spare" if spare >= 0 else f"does NOT fit by {gib(-spare)}"
-        lines.append(f"  {'GPU memory':<{NAME_WIDTH}} {gib(capacity):>12}  {verdict}")
+        verdict = (
+            f"fits, {gib(spare)} spare ({spare / capacity:.1%})"
+            if spare >= 0
+            else f"does NOT fit by {gib(-spare)}"
+        )
+        source = f" ({capacity_source})" if capacity_source else ""
+        lines.append(f"  {'GPU memory':<{NAME_WIDTH}} {gib(capacity):>12}  {verdict}{source}")
     return lines
 
 

@@ -65,14 +65,14 @@ def build_demo_run(
     )
 
 
-def run_demo(broken: bool) -> int:
+def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
     # Off a terminal (CI, a pipe) rich wraps at 80 columns; URIs read better unwrapped.
     console = Console() if sys.stdout.isatty() else Console(width=NON_TTY_WIDTH)
     started = time.monotonic()
     console.rule(
         "DFlash Operator demo" + (": broken data (the incident, replayed)" if broken else "")
     )
-    env = environment.ensure_environment(NAMESPACE, say=console.print)
+    env = environment.ensure_environment(NAMESPACE, say=console.print, images=images)
     environment.ensure_s3_secret(env.admin, NAMESPACE, env.s3)
     files = _prepare_assets(console, env, broken)
     run = build_demo_run(env, broken, files)
@@ -143,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_dev.demo", description=__doc__)
     parser.add_argument("command", nargs="?", choices=("run", "down"), default="run")
     parser.add_argument("--broken-data", action="store_true", help="feed the 87%%-stub dataset")
+    parser.add_argument(
+        "--from-images",
+        action="store_true",
+        help="run the operator and every pod from the built images (make images first)",
+    )
+    parser.add_argument("--image-registry", default="ghcr.io/dflash-dev")
+    parser.add_argument("--image-tag", default="", help="default: the VERSION file")
     args = parser.parse_args(argv)
     try:
         if args.command == "down":
@@ -152,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
                 else "demo operator was not running"
             )
             return 0
-        return run_demo(args.broken_data)
+        images = None
+        if args.from_images:
+            from dflash_dev.version import read_version
+
+            tag = args.image_tag or read_version()
+            images = environment.demo_images(args.image_registry, tag)
+        return run_demo(args.broken_data, images)
     except (DevError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_memplan.allocator import ALLOC_CONF_ENV, EXPANDABLE_SEGMENTS, alloc_conf_of
+
 from dflash_operator.api.constants import KUEUE_QUEUE_LABEL, Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
@@ -144,6 +146,10 @@ def build_env(ctx: PodContext) -> list[dict[str, Any]]:
         plain.update(NCCL_ENV)
     if pvc_claims(ctx.spec):
         plain["DFLASH_PVC_ROOT"] = PVC_ROOT
+    if ctx.stage == Stage.TRAIN and alloc_conf_of(ctx.placement.pool.env) is None:
+        # Shapes change every micro-batch: without expandable segments the caching allocator
+        # strands 10-15% of the peak (the memory plan counts what this setting implies).
+        plain[ALLOC_CONF_ENV] = EXPANDABLE_SEGMENTS
     plain.update(ctx.placement.pool.env)
     if ctx.stage not in (Stage.MODEL, Stage.CLEANUP, Stage.PRUNE):
         # Over the pool's env: these stages load the target from S3 or a PVC, never the Hub.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dflash_memplan.allocator import alloc_conf_of, is_expandable
 from dflash_memplan.estimate import (
     RankSetup,
     default_loss_chunk_tokens,
@@ -42,9 +43,14 @@ class MemoryCheck:
 
 
 def build_rank_inputs(
-    spec: DFlashRunSpec, target: TargetShape, world_size: int
+    spec: DFlashRunSpec,
+    target: TargetShape,
+    world_size: int,
+    pool_env: Mapping[str, str] | None = None,
 ) -> tuple[DrafterShape, RankSetup]:
-    """The drafter and rank setup the trainer will get from this spec (config_map.py)."""
+    """The drafter and rank setup the trainer will get from this spec (config_map.py) in a
+    pool with this env (children/pod.py: expandable segments unless the pool sets its own)."""
+    conf = alloc_conf_of(pool_env or {})
     drafter = build_drafter_shape(
         target,
         num_layers=spec.drafter.num_layers,
@@ -65,6 +71,7 @@ def build_rank_inputs(
         device="cuda",
         target_bytes=_DTYPE_BYTES[spec.target.dtype.value],
         activation_checkpointing=training.activation_checkpointing,
+        expandable_segments=conf is None or is_expandable(conf),
     )
     return drafter, setup
 
@@ -86,7 +93,7 @@ def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCh
             ),
         )
     world = spec.training.nodes * placement.processes
-    drafter, setup = build_rank_inputs(spec, target, world)
+    drafter, setup = build_rank_inputs(spec, target, world, placement.pool.env)
     estimate = estimate_rank_memory(target, drafter, setup)
     if estimate.fits(capacity):
         return MemoryCheck(True, f"training needs {gib(estimate.total_bytes)} of {gib(capacity)}")

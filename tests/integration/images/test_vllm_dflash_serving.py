@@ -1,7 +1,8 @@
 """What the exported drafter's model card tells users to run, against the source of the real
 `vllm` wheel of the regen image's version (its cached CPU environment): the speculative method
-is `dflash`, a drafter mixing sliding and full layers needs the V2 model runner (and the card
-says so for exactly those), and the config fields our export writes are the ones vLLM reads."""
+is `dflash`, a drafter mixing sliding and full layers needs the V2 model runner, which is vLLM's
+default (the card says so for exactly those drafters), and the config fields our export writes
+are the ones vLLM reads."""
 
 from __future__ import annotations
 
@@ -32,21 +33,30 @@ def meta(layer_types: list[str]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def test_vllm_refuses_mixed_drafters_without_the_v2_runner(vllm_source: Path) -> None:
+def test_vllm_refuses_mixed_drafters_on_the_v1_runner_and_runs_v2_by_default(
+    vllm_source: Path,
+) -> None:
     model = (vllm_source / "model_executor/models/qwen3_dflash.py").read_text()
+    config = (vllm_source / "config/vllm.py").read_text()
+    chooser = config[config.index("def use_v2_model_runner") :]
+    chooser = chooser[: chooser.index("\n    def ")]
 
     assert "mixed sliding/full attention require" in model
-    assert "VLLM_USE_V2_MODEL_RUNNER=1" in model
+    assert "use_v2_model_runner" in model
+    # Unset, the variable leaves the choice to vLLM, whose last word is V2.
+    assert 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", None)' in (vllm_source / "envs.py").read_text()
+    assert chooser.rstrip().endswith("return True"), chooser
     assert '"dflash"' in (vllm_source / "config/speculative.py").read_text()
     # The non-causal flag our export writes for sliding drafters is read by vLLM.
     assert 'get("causal")' in model and '"is_causal"' in model
 
 
-def test_the_card_of_a_mixed_drafter_gives_the_v2_runner_command() -> None:
+def test_the_card_of_a_mixed_drafter_says_it_needs_the_v2_runner() -> None:
     mixed = meta([SLIDING] * 4 + [FULL])
 
-    assert vllm_serve_command(mixed).startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve ")
-    assert "VLLM_USE_V2_MODEL_RUNNER=1" in build_model_card(mixed)
+    assert vllm_serve_command(mixed).startswith("vllm serve ")
+    assert "V2 model runner, its default since 0.33.0" in build_model_card(mixed)
+    assert "V2 model runner" not in build_model_card(meta([FULL] * 5))
     assert '"method":"dflash"' in vllm_serve_command(mixed)
     assert '"num_speculative_tokens":15' in vllm_serve_command(mixed)
 

@@ -139,7 +139,8 @@ def test_a_target_config_file_gives_the_shapes(
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "qwen3_5", "text_config": TINY_HYBRID}))
     path = write_train_yaml(tmp_path, target={"path": "acme/secret-model"})
-    assert main([str(path), "--target-config", str(config), "--world-size", "1"]) == 0
+    args = [str(path), "--target-config", str(config), "--world-size", "1", "--gpu-memory", "8Gi"]
+    assert main(args) == 0
     assert "vocab 512" in capsys.readouterr().out
 
 
@@ -168,11 +169,12 @@ def test_a_dflashrun_that_does_not_fit_is_told_its_spec_fields(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = yaml.safe_load((REPO / "examples" / "qwen3.6-27b.yaml").read_text())
-    run["spec"]["training"].update(batchSize=4)
+    run["spec"]["training"].update(activationCheckpointing=False)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(run))
     assert main([str(path), "--gpu-memory", "95Gi"]) == 1
     err = capsys.readouterr().err
     assert "spec.training.batchSize 4 -> 2" in err
-    assert "spec.training.anchorsPerSequence 512 -> 128" in err
+    assert "spec.training.activationCheckpointing false -> true" in err
+    assert "spec.training.anchorsPerSequence 512 -> 256" in err
     assert "loss_chunk" not in err  # not a spec field: the trainer sizes it by the vocabulary

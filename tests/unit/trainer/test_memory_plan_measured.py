@@ -175,3 +175,34 @@ def test_activation_checkpointing_changes_memory_not_gradients() -> None:
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, msg=name)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_a_loss_chunks_backward_holds_the_plans_bytes_per_logit(autocast: bool) -> None:
+    """An independent count of the loss term (issue 23 estimated ~16 B per logit): the peak of
+    one chunk's backward over what was alive before it, per logit of the chunk."""
+    import contextlib
+
+    from dflash_memplan.estimate import LOSS_BYTES_PER_LOGIT
+    from dflash_trainer.train.loss import build_block_loss
+
+    torch.manual_seed(0)
+    rows, hidden_size, vocab = 512, 64, 16384
+    hidden = torch.randn(1, rows, hidden_size, requires_grad=True)
+    weight = torch.randn(vocab, hidden_size) * 0.02
+    labels = torch.randint(0, vocab, (1, rows))
+    weights = torch.ones(1, rows)
+    meter = LiveTensorMeter()
+    meter.track([hidden, weight, labels, weights])
+    mixed = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with meter:
+        with mixed:
+            parts = build_block_loss(
+                hidden, weight, labels, weights, block_size=16, normaliser=1.0, chunk_tokens=rows
+            )
+        before = meter.current_bytes
+        meter.reset_peak()
+        parts.scaled_loss.backward()  # type: ignore[no-untyped-call]
+    per_logit = (meter.peak_bytes - before) / (rows * vocab)
+
+    assert per_logit == pytest.approx(LOSS_BYTES_PER_LOGIT, rel=0.05), per_logit

@@ -29,7 +29,9 @@ def run_plan(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_train_yaml_is_planned_without_the_operator_package() -> None:
-    result = run_plan("trainer/configs/debug.yaml", "--device", "cpu", "--world-size", "1")
+    result = run_plan(
+        "trainer/configs/debug.yaml", "--device", "cpu", "--world-size", "1", "--gpu-memory", "8Gi"
+    )
 
     assert result.returncode == 0, result.stderr
     assert "total" in result.stdout

@@ -23,6 +23,7 @@ from dflash_trainer.train.result import (
     build_stage_result,
     write_stage_result,
 )
+from dflash_trainer.versions import VersionError, require_supported_versions
 
 log = logging.getLogger("dflash_trainer.eval")
 
@@ -52,13 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         from dflash_trainer.model.export import update_model_card
 
         cfg = load_eval_config(args.config, args.overrides, args.run_root)
+        require_supported_versions()
         report = run_evaluation(cfg)
         write_json(cfg.output, report.to_json(cfg))
         if cfg.update_model_card:
             update_model_card(
                 cfg.drafter, acceptanceLength=report.acceptance_length, evalPrompts=report.prompts
             )
-    except (ConfigError, DataError, TargetError, DrafterConfigError, ValueError) as exc:
+    except (
+        ConfigError, DataError, TargetError, DrafterConfigError, ValueError, VersionError,
+    ) as exc:  # fmt: skip
         log.error("%s", exc)
         write_stage_result(args.termination_log, build_stage_result("evaluate", False, str(exc)))
         return EXIT_BAD_INPUT

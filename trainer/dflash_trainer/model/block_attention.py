@@ -9,18 +9,28 @@ nothing of other blocks. `is_visible` is the single source of truth; the kernels
   the benchmark compares against);
 - `sdpa`: blocks in chunks of ~`chunk_queries` slots; each chunk attends to the context
   prefix it can see plus its own blocks (exact; memory O(chunk), default on CPU);
-- `flex`: `flex_attention` with a `BlockMask` that skips empty 128x128 tiles (GPU).
+- `flex`: `flex_attention` with a `BlockMask` that skips empty 128x128 tiles (GPU), with the
+  kernel options of `flex_options.py` for this GPU and head width.
 Anchors must be sorted ascending within each row for the chunked kernel to save work.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch.nn import functional
+
+from dflash_trainer.model.flex_options import (
+    build_flex_kernel_options,
+    matching_rules,
+    torch_release,
+)
+
+log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "dense", "sdpa", "flex"]
 BACKENDS: tuple[str, ...] = ("auto", "dense", "sdpa", "flex")
@@ -234,5 +244,31 @@ def _flex(
             _compile=q.device.type == "cuda",
         )
     return _COMPILED_FLEX(
-        q, k, v, block_mask=layout._masks[key], scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        q,
+        k,
+        v,
+        block_mask=layout._masks[key],
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+        kernel_options=flex_kernel_options(q.device, q.shape[-1], q.element_size()) or None,
     )
+
+
+_KERNEL_OPTIONS: dict[tuple[str, int, int], dict[str, int]] = {}
+
+
+def flex_kernel_options(device: torch.device, head_dim: int, element_bytes: int) -> dict[str, int]:
+    """`flex_options.build_flex_kernel_options` for this device (logged once per choice)."""
+    key = (str(device), head_dim, element_bytes)
+    if key not in _KERNEL_OPTIONS:
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        release = torch_release(torch.__version__)
+        options = build_flex_kernel_options(capability, head_dim, element_bytes, release)
+        if capability is not None:
+            rules = [r.name for r in matching_rules(capability, head_dim, release)]
+            log.info(
+                "flex attention on sm_%d%d, head width %d: kernel options %s (%s)",
+                *capability, head_dim, options or "torch's defaults", ", ".join(rules) or "no rule",
+            )  # fmt: skip
+        _KERNEL_OPTIONS[key] = options
+    return _KERNEL_OPTIONS[key]

@@ -136,16 +136,12 @@ def mixes_sliding_and_full(layer_types: list[str]) -> bool:
 
 
 def vllm_serve_command(meta: dict[str, Any]) -> str:
-    """The exact vLLM command for this drafter. vLLM 0.33.0 loads a drafter that mixes sliding
-    and full layers only on its V2 model runner (qwen3_dflash.py raises NotImplementedError
-    otherwise; checked against the wheel in tests/integration/images/test_vllm_contract.py)."""
-    env = (
-        "VLLM_USE_V2_MODEL_RUNNER=1 "
-        if mixes_sliding_and_full(meta.get("layerTypes") or [])
-        else ""
-    )
+    """The exact vLLM command for this drafter. A drafter that mixes sliding and full layers
+    needs vLLM's V2 model runner, which vLLM 0.33.0 uses by default (config/vllm.py
+    `use_v2_model_runner`; checked against the wheel in tests/integration/images/
+    test_vllm_dflash_serving.py), so the command is the same for every drafter."""
     return (
-        f"{env}vllm serve {meta['target']} --speculative-config "
+        f"vllm serve {meta['target']} --speculative-config "
         f'\'{{"method":"dflash","model":"<this folder>",'
         f'"num_speculative_tokens":{meta["blockSize"] - 1}}}\' --attention-backend flash_attn'
     )
@@ -156,7 +152,9 @@ def serving_lines(meta: dict[str, Any]) -> list[str]:
     if mixes_sliding_and_full(meta.get("layerTypes") or []):
         lines.append(
             "This drafter mixes sliding-window and full-attention layers: vLLM serves it on its "
-            "V2 model runner only (`VLLM_USE_V2_MODEL_RUNNER=1`); without it vLLM refuses it."
+            "V2 model runner, its default since 0.33.0. Where vLLM falls back to the V1 runner "
+            "(`VLLM_USE_V2_MODEL_RUNNER=0`, no Triton, or a feature V2 lacks, which vLLM logs) "
+            "it refuses the drafter."
         )
     return [*lines, ""]
 

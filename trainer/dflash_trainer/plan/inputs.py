@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_memplan.estimate import RankSetup, default_loss_chunk_tokens
+from dflash_memplan.estimate import REDUCE_DTYPE_BYTES, RankSetup, default_loss_chunk_tokens
 from dflash_memplan.fixes import Knob
 from dflash_memplan.known import known_target_names, known_target_shape
 from dflash_memplan.shapes import (
@@ -78,7 +78,11 @@ def resolve_target_shape(cfg: TrainConfig, target_config: Path | None) -> Target
 
 
 def build_plan_inputs(
-    cfg: TrainConfig, target: TargetShape, world_size: int, device: str = "cuda"
+    cfg: TrainConfig,
+    target: TargetShape,
+    world_size: int,
+    device: str = "cuda",
+    expandable_segments: bool = True,
 ) -> PlanInputs:
     section = cfg.drafter
     drafter = build_drafter_shape(
@@ -107,6 +111,9 @@ def build_plan_inputs(
         device="cuda" if device == "cuda" else "cpu",
         target_bytes=_TARGET_BYTES[dtype],
         activation_checkpointing=section.activation_checkpointing,
+        # FSDP2 reduces in distributed.reduce_dtype on GPU; on CPU in the float32 gradients.
+        reduce_bytes=REDUCE_DTYPE_BYTES[cfg.distributed.reduce_dtype] if device == "cuda" else 4,
+        expandable_segments=expandable_segments,
     )
     return PlanInputs(target, drafter, setup)
 

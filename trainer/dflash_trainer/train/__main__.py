@@ -24,9 +24,10 @@ from dflash_trainer.train.result import (
     build_stage_result,
     write_stage_result,
 )
+from dflash_trainer.versions import VersionError, require_supported_versions
 
 log = logging.getLogger("dflash_trainer.train")
-BAD_INPUT_ERRORS = (ConfigError, DataError, TargetError, DrafterConfigError)
+BAD_INPUT_ERRORS = (ConfigError, DataError, TargetError, DrafterConfigError, VersionError)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     is_main = os.environ.get("RANK", "0") == "0"
     try:
         cfg = load_train_config(args.config, args.overrides, args.run_root)
+        require_supported_versions()
         # Imported late: the config check above needs no torch and answers fast.
         from dflash_trainer.train.distributed import init_distributed, shutdown_distributed
         from dflash_trainer.train.trainer import Trainer

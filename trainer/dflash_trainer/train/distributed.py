@@ -68,9 +68,18 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def wrap_drafter(drafter: nn.Module, env: DistEnv, strategy: str) -> nn.Module:
-    """DDP or FSDP2 around the drafter; the bare module for a single process."""
-    if not env.is_distributed:
+# The dtype FSDP2 reduce-scatters gradients in (and accumulates them in, unsharded, between the
+# micro-batches of a step): float32 unless bf16 is measured equal (docs/trainer.md).
+REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def wrap_drafter(
+    drafter: nn.Module, env: DistEnv, strategy: str, reduce_dtype: str = "float32"
+) -> nn.Module:
+    """DDP or FSDP2 around the drafter; the bare module for a single process, unless FSDP2 is
+    asked for in a process group of one rank (the GPU smoke runs production's wrapper so)."""
+    one_rank_fsdp = strategy == "fsdp2" and dist.is_initialized()
+    if not env.is_distributed and not one_rank_fsdp:
         return drafter
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -82,8 +91,11 @@ def wrap_drafter(drafter: nn.Module, env: DistEnv, strategy: str) -> nn.Module:
 
         policy = None
         if env.device.type == "cuda":
-            # bf16 compute and all-gathers, float32 gradient reduction and master weights.
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            # bf16 compute and all-gathers, float32 master weights; gradients are reduced (and
+            # accumulated across micro-batches) in `reduce_dtype`.
+            policy = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype]
+            )
         kwargs: dict[str, Any] = {"mp_policy": policy} if policy else {}
         for layer in drafter.layers:  # type: ignore[union-attr]
             fully_shard(layer, **kwargs)

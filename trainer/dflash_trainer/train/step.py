@@ -103,13 +103,24 @@ def _autocast(device: torch.device) -> contextlib.AbstractContextManager[object]
 
 
 @contextlib.contextmanager
-def _maybe_no_sync(model: nn.Module, skip_sync: bool) -> Iterator[None]:
-    """DDP: skip the gradient all-reduce on all but the last micro-batch."""
+def gradient_sync(model: nn.Module, sync: bool) -> Iterator[None]:
+    """Reduce the gradients across ranks only when `sync` (the last micro-batch of a step).
+
+    FSDP2 modules have no `no_sync()`: `set_requires_gradient_sync(False)` skips their
+    reduce-scatter, and the gradients accumulate unsharded in the reduce dtype until the last
+    micro-batch. DDP skips its all-reduce inside `no_sync()`. One process: nothing to skip.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(sync)
+        yield
+        return
     no_sync = getattr(model, "no_sync", None)
-    if skip_sync and callable(no_sync):
-        with no_sync():
-            yield
-    else:
+    if sync or not callable(no_sync):
+        yield
+        return
+    with no_sync():
         yield
 
 
@@ -143,7 +154,7 @@ def run_train_step(
         block_embeds = target.embed(mb.draft.block_ids)
         _sync(device)
         middle = time.perf_counter()
-        with _maybe_no_sync(model, i < len(micro_batches) - 1):
+        with gradient_sync(model, sync=i == len(micro_batches) - 1):
             with _autocast(device):
                 hidden = model(
                     block_embeds,

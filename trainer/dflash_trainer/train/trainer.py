@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.fsdp import FSDPModule
 
 from dflash_trainer.model.config import DrafterConfig
 from dflash_trainer.model.drafter import DFlashDrafter
@@ -124,8 +125,10 @@ class Trainer:
             env.device,
             checkpoint_layers=cfg.drafter.activation_checkpointing,
         )
-        self.model: nn.Module = wrap_drafter(drafter, env, cfg.distributed.strategy)
-        sharded = env.is_distributed and cfg.distributed.strategy == "fsdp2"
+        self.model: nn.Module = wrap_drafter(
+            drafter, env, cfg.distributed.strategy, cfg.distributed.reduce_dtype
+        )
+        sharded = isinstance(self.model, FSDPModule)
         self.optimizer = build_optimizer(self.model, cfg.optim, env.device, sharded)
         self.rows, self.holdout = build_rows_for(
             cfg.data, cfg.run_root, self.target, self.drafter_cfg.mask_token_id

@@ -34,6 +34,7 @@ from dflash_trainer.data.sources import load_sources
 from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError
+from dflash_trainer.versions import VersionError, require_supported_versions
 
 DEFAULT_PART_ROWS = 2000
 # Without a known context length, assume a small one rather than let prompts overflow the engine.
@@ -354,8 +355,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_supported_versions()
         payload = run(args)
-    except BadInputError as exc:
+    except (BadInputError, VersionError) as exc:
         return finish_stage(
             {"stage": "regenerate", "ok": False, "message": str(exc)},
             EXIT_BAD_INPUT,

@@ -25,6 +25,7 @@ from dflash_trainer.data.tokenize.stage import (
 )
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for, write_json
+from dflash_trainer.versions import VersionError, require_supported_versions
 
 DEFAULT_MAX_SEQ_LEN = 3072  # the DFlash paper's training length
 # A template that cannot mask 1% of rows drops them and goes on; more is a wrong template.
@@ -177,8 +178,9 @@ def _summary(manifest: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_supported_versions(with_torch=False)
         payload = run(args)
-    except BadInputError as exc:
+    except (BadInputError, VersionError) as exc:
         return finish_stage(
             {"stage": "tokenize", "ok": False, "message": str(exc)},
             EXIT_BAD_INPUT,
