@@ -25,15 +25,32 @@ uv: ## install uv (the Python package manager) if it is missing
 venv: uv ## create .venv from uv.lock (exact pins; torch is cached by uv after the first run)
 	@$(UV) sync --locked --quiet
 
-.PHONY: binaries
-binaries: ## build the control plane's binaries once per version into ~/.cache/dflash/bin
-	@bash hack/build-binaries.sh
-	@mkdir -p .local/bin
-	@for b in kubectl helm; do ln -sf "$$($(PY) -c "from dflash_dev.binaries import cached_path; print(cached_path('$$b'))")" .local/bin/$$b; done
+# What each entry point needs of hack/build-binaries.sh (built once per version into
+# ~/.cache/dflash/bin): the control plane (the demo, the cluster, e2e) and the test-only tools.
+CLUSTER_BINARIES := etcd kube kwok helm training-operator kueue
+BUILD_BINARIES = bash hack/build-binaries.sh --for "make $(or $(MAKECMDGOALS),$@)"
+LINK_TOOLS = mkdir -p .local/bin && . hack/versions.env && cache="$${DFLASH_CACHE:-$$HOME/.cache/dflash}" && \
+	ln -sf "$$cache/bin/kubectl-$$KUBERNETES_VERSION" .local/bin/kubectl && \
+	ln -sf "$$cache/bin/helm-$$HELM_VERSION" .local/bin/helm
+
+.PHONY: binaries cluster-binaries actionlint promtool
+binaries: ## build every binary: the control plane's and the test tools (actionlint, promtool)
+	@$(BUILD_BINARIES) $(CLUSTER_BINARIES) actionlint promtool
+	@$(LINK_TOOLS)
+
+cluster-binaries: ## build only the control plane's binaries (what the demo and the cluster use)
+	@$(BUILD_BINARIES) $(CLUSTER_BINARIES)
+	@$(LINK_TOOLS)
+
+actionlint: ## build actionlint (the workflow linter of the unit tests)
+	@$(BUILD_BINARIES) actionlint
+
+promtool: ## build promtool (the chart's alert-rule tests)
+	@$(BUILD_BINARIES) promtool
 
 # ---------------------------------------------------------------- local cluster and S3
 .PHONY: cluster-up
-cluster-up: venv binaries ## start the local control plane (idempotent; ~10 s warm)
+cluster-up: venv cluster-binaries ## start the local control plane (idempotent; ~10 s warm)
 	@$(PY) -m dflash_dev cluster-up
 
 .PHONY: cluster-down
@@ -103,25 +120,30 @@ test-version-floor: venv ## the trainer's and data stages' unit tests on the old
 	  -k "not loss_decreases_over_50_steps and not gpu_smoke_dry_run"
 
 .PHONY: test-unit
-test-unit: venv ## unit tests only (no servers)
+test-unit: venv actionlint ## unit tests only (no servers)
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 .PHONY: test-integration
-test-integration: venv binaries ## integration tests (starts the control plane and S3 if needed)
+test-integration: venv cluster-binaries promtool ## integration tests (starts the control plane and S3 if needed)
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 .PHONY: test-e2e
-test-e2e: venv binaries ## end-to-end tests (pods run as local processes)
+test-e2e: venv cluster-binaries ## end-to-end tests (pods run as local processes)
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- demo
+# FROM_IMAGES=1: the operator and every pod run from the built images (docs/images.md, "Running
+# from the images"); it builds them first (make images), which needs about 20 GB of disk.
+FROM_IMAGES ?=
+DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REGISTRY) --image-tag=$(IMAGE_TAG))
+
 .PHONY: demo
-demo: venv binaries ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md)
-	@$(PY) -m dflash_dev.demo run
+demo: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
+	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-broken-data
-demo-broken-data: venv binaries ## the incident replayed: an 87%-stub dataset stops at the completions gate
-	@$(PY) -m dflash_dev.demo run --broken-data
+demo-broken-data: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate
+	@$(PY) -m dflash_dev.demo run --broken-data $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-down
 demo-down: ## stop the demo's operator (make down stops it too)
@@ -146,17 +168,33 @@ set-version: venv ## write a new release version everywhere: make set-version VE
 # ---------------------------------------------------------------- images
 IMAGE_REGISTRY ?= ghcr.io/dflash-dev
 IMAGE_TAG ?= $(RELEASE_VERSION)
-DOCKER ?= docker
+# The container engine: docker (BuildKit), podman or buildah; empty: the first that answers.
+DOCKER ?=
 IMAGES ?= operator trainer regen
+# CA bundle of a TLS-intercepting proxy, passed to builds as the secret `proxy-ca` (default:
+# this machine's SSL_CERT_FILE, when set).
+PROXY_CA ?=
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+IMAGES_CLI = $(PY) -m dflash_dev.images $(if $(DOCKER),--engine=$(DOCKER)) $(if $(PROXY_CA),--proxy-ca=$(PROXY_CA))
 
 .PHONY: images
-images: ## build the operator, trainer and regen images, tagged with VERSION (needs a Docker engine; docs/images.md)
-	@$(DOCKER) info >/dev/null 2>&1 || { \
-	  echo "error: no container engine answers '$(DOCKER) info', so no image was built. make images builds where a Docker engine runs (DOCKER=podman for Podman); without one, tests/unit/ship lints the Dockerfiles and checks them against uv.lock" >&2; exit 1; }
-	@for image in $(IMAGES); do \
-	  echo "building $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) from images/$$image/Dockerfile"; \
-	  $(DOCKER) build -f images/$$image/Dockerfile -t $(IMAGE_REGISTRY)/dflash-$$image:$(IMAGE_TAG) . || exit 1; \
-	done
+images: venv ## build the operator, trainer and regen images (Docker+BuildKit, Podman or Buildah; docs/images.md)
+	@$(IMAGES_CLI) build --registry=$(IMAGE_REGISTRY) --tag=$(IMAGE_TAG) $(IMAGES)
+
+.PHONY: base-images
+base-images: venv ## build stand-ins of the images' bases from Debian and PyPI, under the upstream names (docs/images.md)
+	@$(IMAGES_CLI) base --debian-mirror=$(DEBIAN_MIRROR) $(if $(REBUILD),--rebuild=$(if $(filter 1,$(REBUILD)),all,$(REBUILD))) $(if $(PYTHON312),--python312=$(PYTHON312)) $(IMAGES)
+
+.PHONY: test-images
+test-images: venv ## check the built images from inside: entry points, every stage command, imports, sizes (docs/images.md)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m "not e2e" $(PYTEST_ARGS)
+	@case " $(IMAGES) " in *" regen "*) $(PY) -m dflash_dev.images regen-inputs --write;; esac
+
+.PHONY: test-images-e2e
+test-images-e2e: venv binaries ## the demo's run with every pod and the operator from the images (make images first)
+	@DFLASH_IMAGE_TESTS=1 DFLASH_IMAGES="$(IMAGES)" DFLASH_IMAGE_REGISTRY=$(IMAGE_REGISTRY) DFLASH_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(PY) -m pytest tests/images -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- process executor
 .PHONY: executor-up

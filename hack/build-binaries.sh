@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
-# Usage: hack/build-binaries.sh [name ...]
-#   names: etcd kube kwok helm training-operator kueue actionlint promtool
-# Each binary is skipped when its cached file exists. Nothing is downloaded from
-# GitHub or dl.k8s.io: only the Go module proxy is used.
+# Usage: hack/build-binaries.sh [--for "make demo"] [name ...]
+#   names: etcd kube kwok helm training-operator kueue actionlint promtool (none: all of them)
+# Each binary is skipped when its cached file exists. Before building, it says what it will
+# build, for what, and about how long it takes; while building, a progress line (elapsed time
+# against the estimate). Nothing is downloaded from GitHub or dl.k8s.io: only the Go module proxy.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,16 +43,60 @@ new_module() {
   echo "$dir"
 }
 
-timed() { # name version cmd...
-  local name=$1 version=$2; shift 2
-  local start; start=$(date +%s)
-  echo "build-binaries: building $name $version (log: $logs/$name-$version.log)"
+# Seconds each target takes to build on 2 shared cores with empty Go caches: about the middle
+# of the cold builds in docs/benchmarks.md ("Cold build", "First run"), which vary 2x with the
+# machine's load. The estimates the plan and the progress line show.
+declare -A ESTIMATE=(
+  [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
+  [actionlint]=150 [promtool]=700
+)
+planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
+
+minutes() { # seconds -> "12 min" / "40 s"
+  if [ "$1" -ge 90 ]; then echo "$(( ($1 + 30) / 60 )) min"; else echo "$1 s"; fi
+}
+
+clock() { # seconds -> m:ss
+  printf '%d:%02d' $(( $1 / 60 )) $(( $1 % 60 ))
+}
+
+# The progress line: one line rewritten in place on a terminal, a line a minute in a log
+# (DFLASH_PROGRESS_SECONDS).
+every="${DFLASH_PROGRESS_SECONDS:-60}"
+progress() { # name pid started estimate
+  local name=$1 pid=$2 started=$3 estimate=$4 now elapsed total last=0 line
+  while kill -0 "$pid" 2>/dev/null; do
+    now=$(date +%s); elapsed=$(( now - started )); total=$(( now - started_all ))
+    line="build-binaries: [$built_count/$planned_count] $name $(clock "$elapsed") of about"
+    line="$line $(clock "$estimate"); all $(clock "$total") of about $(clock "$planned_total")"
+    if [ -t 1 ]; then
+      printf '\r\033[K%s' "$line"
+    elif [ $(( elapsed - last )) -ge "$every" ]; then
+      echo "$line"; last=$elapsed
+    fi
+    sleep 1
+  done
+  if [ -t 1 ]; then printf '\r\033[K'; fi
+}
+
+timed() { # target name version cmd...
+  local target=$1 name=$2 version=$3; shift 3
+  local start estimate=${ESTIMATE[$target]:-120} pid
+  start=$(date +%s)
+  built_count=$(( built_count + 1 ))
+  echo "build-binaries: [$built_count/$planned_count] building $name $version" \
+    "(about $(minutes "$estimate"); log: $logs/$name-$version.log)"
   # A subshell, so that a build step's cd never outlives it.
-  if ! ( "$@" ) >"$logs/$name-$version.log" 2>&1; then
+  ( "$@" ) >"$logs/$name-$version.log" 2>&1 &
+  pid=$!
+  progress "$name" "$pid" "$start" "$estimate"
+  if ! wait "$pid"; then
     tail -n 30 "$logs/$name-$version.log" >&2
     die "building $name $version failed; full log in $logs/$name-$version.log"
   fi
-  echo "build-binaries: built $name $version in $(( $(date +%s) - start ))s"
+  done_total=$(( done_total + estimate ))
+  echo "build-binaries: [$built_count/$planned_count] built $name $version in" \
+    "$(( $(date +%s) - start ))s (all: $(clock $(( $(date +%s) - started_all ))))"
 }
 
 build_etcd() {
@@ -77,7 +122,7 @@ GO
     go build -trimpath -p "$jobs" -ldflags "-s -w" -o "$bin/etcd-$ETCD_VERSION.tmp" .
     mv "$bin/etcd-$ETCD_VERSION.tmp" "$bin/etcd-$ETCD_VERSION"
   }
-  timed etcd "$ETCD_VERSION" _etcd
+  timed etcd etcd "$ETCD_VERSION" _etcd
   rm -rf "$dir"
 }
 
@@ -122,21 +167,21 @@ build_kube() {
       mv "$bin/$n-$KUBERNETES_VERSION.tmp" "$bin/$n-$KUBERNETES_VERSION"
     done
   }
-  timed kubernetes "$KUBERNETES_VERSION" _kube
+  timed kube kubernetes "$KUBERNETES_VERSION" _kube
   rm -rf "$dir"
 }
 
-go_install() { # name module/cmd version extra-ldflags
+go_install() { # name module/cmd version extra-ldflags (the name is the target)
   local name=$1 pkg=$2 version=$3 ld=$4
   have "$name" "$version" && return 0
   local mod="${pkg%%/cmd/*}"
   check_proxy "$mod" "$version"
   local gobin; gobin="$(mktemp -d)"
   _install() {
-    GOBIN="$gobin" GOFLAGS= go install -trimpath -p "$jobs" -ldflags "-s -w $ld" "$pkg@$version"
+    GOBIN="$gobin" GOFLAGS='' go install -trimpath -p "$jobs" -ldflags "-s -w $ld" "$pkg@$version"
     mv "$gobin/$(basename "$pkg")" "$bin/$name-$version"
   }
-  timed "$name" "$version" _install
+  timed "$name" "$name" "$version" _install
   rm -rf "$gobin"
 }
 
@@ -183,8 +228,44 @@ build_promtool() {
   go_install promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ""
 }
 
+# The cached files each target makes (all present: nothing to build).
+outputs() { # target
+  case "$1" in
+    etcd) echo "etcd-$ETCD_VERSION" ;;
+    kube) for n in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+            echo "$n-$KUBERNETES_VERSION"; done ;;
+    kwok) echo "kwok-$KWOK_VERSION" ;;
+    helm) echo "helm-$HELM_VERSION" ;;
+    training-operator) echo "training-operator-$TRAINING_OPERATOR_VERSION" ;;
+    kueue) echo "kueue-$KUEUE_VERSION" ;;
+    actionlint) echo "actionlint-$ACTIONLINT_VERSION" ;;
+    promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
+    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool" ;;
+  esac
+}
+
+missing_target() { # target
+  local out
+  for out in $(outputs "$1"); do [ -x "$bin/$out" ] || return 0; done
+  return 1
+}
+
+purpose=""
+if [ "${1:-}" = "--for" ]; then purpose=" for ${2:?--for needs a value}"; shift 2; fi
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool)
+for t in "${targets[@]}"; do outputs "$t" >/dev/null || exit 1; done
+planned=()
+for t in "${targets[@]}"; do
+  if missing_target "$t"; then
+    planned+=("$t"); planned_total=$(( planned_total + ${ESTIMATE[$t]:-120} ))
+  fi
+done
+planned_count=${#planned[@]}
+if [ "$planned_count" -gt 0 ]; then
+  echo "build-binaries: building ${planned[*]}$purpose, once per version: about" \
+    "$(minutes "$planned_total") on 2 cores with empty Go caches, less with warm ones (into $bin)"
+fi
 for t in "${targets[@]}"; do
   case "$t" in
     actionlint) build_actionlint ;;
@@ -195,7 +276,9 @@ for t in "${targets[@]}"; do
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
     promtool) build_promtool ;;
-    *) die "unknown binary '$t'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool" ;;
   esac
 done
-echo "build-binaries: all binaries present in $bin"
+if [ "$planned_count" -gt 0 ]; then
+  echo "build-binaries: built ${planned[*]} in $(clock $(( $(date +%s) - started_all )))"
+fi
+echo "build-binaries: ${targets[*]} present in $bin"

@@ -72,10 +72,9 @@ def ensure_built(names: list[str] | None = None) -> dict[str, Path]:
                 "Go module proxy"
             )
         targets = sorted({BINARIES[n][1] for n in absent})
-        print(
-            f"building {', '.join(absent)} from the Go module proxy (first run only; ~15-25 min on 2 cores)"
-        )
-        result = subprocess.run(["bash", str(BUILD_SCRIPT), *targets], check=False)
+        # The script says what it builds, about how long it takes, and shows its progress.
+        argv = ["bash", str(BUILD_SCRIPT), *targets]
+        result = subprocess.run(argv, check=False)
         if result.returncode != 0:
             raise DevError(f"building {', '.join(targets)} failed (see the messages above)")
     return {n: cached_path(n) for n in names}

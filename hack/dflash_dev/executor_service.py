@@ -75,11 +75,18 @@ def executor_status(state_dir: Path | None = None) -> dict[str, Any] | None:
     return {**info, "log": str(tracked.log), "state_dir": str(state_dir)}
 
 
-def executor_up(nodes: int = 2, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Start the executor for the local cluster (idempotent: a running one is returned)."""
+def executor_up(
+    nodes: int = 2, extra: tuple[str, ...] = (), from_images: bool = False
+) -> dict[str, Any]:
+    """Start the executor for the local cluster (idempotent: a running one is returned, unless
+    it runs pods the other way: from images or as local processes)."""
     running = executor_status()
-    if running is not None:
+    if running is not None and bool(running.get("from_images")) == from_images:
         return running
+    if running is not None:
+        executor_down()
+    if from_images:
+        extra = (*extra, "--from-images")
     if not cluster.is_healthy():
         raise DevError("the local cluster is not running: start it with `make cluster-up`")
     launch(cluster.kubeconfig_path(), default_state_dir(), f"--nodes={nodes}", *extra)

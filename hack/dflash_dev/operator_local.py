@@ -186,6 +186,8 @@ class OperatorProcess:
     health_port: int = 0
     readiness_port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    # Image mode: run the operator from this operator image (dflash_dev.images.operator_run).
+    image: str | None = None
 
     def start(self) -> OperatorProcess:
         self.metrics_port = free_port()
@@ -205,10 +207,21 @@ class OperatorProcess:
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = [str(venv_bin() / "python"), "-m", "dflash_operator.main"]
+        if self.image is not None:
+            from dflash_dev.images.engine import detect_engine
+            from dflash_dev.images.operator_run import operator_image_launch
+
+            settings = {k: v for k, v in env.items() if k.startswith("DFLASH_")}
+            workdir = self.log_path.with_suffix("")
+            argv = operator_image_launch(
+                detect_engine(), self.image, workdir, self.kubeconfig, self.pools_file,
+                settings, name=f"operator-{self.health_port}",
+            )  # fmt: skip
+            env = {"PATH": os.environ.get("PATH", "")}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [str(venv_bin() / "python"), "-m", "dflash_operator.main"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         log.close()
         return self
@@ -262,6 +275,17 @@ class OperatorProcess:
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.process is None:
             return None
+        try:
+            return self._stop(timeout)
+        finally:
+            if self.image is not None:
+                from dflash_dev.images.engine import detect_engine
+                from dflash_dev.images.rootfs import NAME_PREFIX, remove_rootfs
+
+                remove_rootfs(detect_engine(), f"{NAME_PREFIX}operator-{self.health_port}")
+
+    def _stop(self, timeout: float) -> int | None:
+        assert self.process is not None
         if self.alive():
             os.killpg(self.process.pid, signal.SIGTERM)
             try:

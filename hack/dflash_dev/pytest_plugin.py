@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from . import binaries, hub_server, s3server, watchdog
+from . import binaries, hub_server, s3capacity, s3server, watchdog
 from . import cluster as local_cluster
 from .errors import DevError
 
@@ -156,6 +156,47 @@ def s3() -> Iterator[S3Handle]:
         s3server.down()
     if guard:
         guard.terminate()
+
+
+# The most S3 volume slots in use after any test of this session (every bucket the suite made
+# and the data in them): checked against what 10 GiB of free disk hold (s3capacity.py).
+_SLOTS_PEAK: dict[str, int] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After each test that uses S3, before its fixtures clean up (buckets deleted)."""
+    yield
+    if "s3" in getattr(item, "fixturenames", ()):
+        _record_slots()
+
+
+def _record_slots() -> None:
+    info = s3server.read_info()
+    topology = s3server.topology(info) if info is not None else None
+    if topology is not None:
+        used = topology.max_slots - topology.free_slots
+        if used > _SLOTS_PEAK.get("used", -1):
+            _SLOTS_PEAK.update(used=used, max=topology.max_slots)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if "used" in _SLOTS_PEAK:
+        terminalreporter.write_line(_slots_line())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _SLOTS_PEAK.get("used", 0) > s3capacity.SLOTS_AT_BUDGET and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nerror: {_slots_line()}: more than 10 GiB of free disk hold")
+
+
+def _slots_line() -> str:
+    return (
+        f"S3 volume slots: at most {_SLOTS_PEAK['used']} in use (of {_SLOTS_PEAK['max']} on this "
+        f"disk; {s3capacity.SLOTS_AT_BUDGET} of {s3capacity.VOLUME_SIZE_MB} MiB fit in "
+        f"{s3capacity.format_gib(s3capacity.BUDGET_FREE_BYTES)} free)"
+    )
 
 
 @pytest.fixture

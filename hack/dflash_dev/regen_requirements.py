@@ -39,16 +39,17 @@ COMMAND = "make regen-requirements"
 # (vllm[runai] without the GCS and Azure backends), so a target in the run's S3 root streams
 # straight to the GPUs instead of being copied into each pod first (vllm's own lower bound).
 IMAGE_EXTRAS = ("runai-model-streamer[s3]>=0.15.7",)
-_FROM = re.compile(r"^FROM\s+vllm/vllm-openai:v(\S+)", re.MULTILINE)
+# The base is a build argument (images/regen/Dockerfile): its default names the vLLM image.
+_FROM = re.compile(r"^ARG\s+VLLM_BASE=vllm/vllm-openai:v([^\s@]+)", re.MULTILINE)
 _PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)")
 
 
 def vllm_version(dockerfile: Path = DOCKERFILE) -> str:
-    """The vLLM version of the Dockerfile's FROM lines (they must agree)."""
+    """The vLLM version of the Dockerfile's base (the default of its VLLM_BASE argument)."""
     versions = set(_FROM.findall(dockerfile.read_text()))
     if len(versions) != 1:
         raise DevError(
-            f"{dockerfile}: expected every FROM vllm/vllm-openai:v<version> to name one version, "
+            f"{dockerfile}: expected one ARG VLLM_BASE=vllm/vllm-openai:v<version>, "
             f"found {sorted(versions) or 'none'}"
         )
     return str(versions.pop())

@@ -1,7 +1,8 @@
 """A real S3 server for tests and the demo: SeaweedFS (`weed mini`, from PyPI) on loopback.
 
 Each start uses a fresh data folder and fresh ports; credentials are generated per start and
-kept in the state file only (mode 0600), never printed except by `s3-env` on request.
+kept in the state file only (mode 0600), never printed except by `s3-env` on request. Volumes
+are sized for small disks (s3capacity.py); a refused write is explained in one line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import procs
+from . import procs, s3capacity
 from .errors import DevError
 from .paths import state_root, venv_bin
 from .ports import free_ports, is_listening
@@ -38,6 +39,9 @@ class S3Info:
     data_dir: str
     # HTTPS servers (tests of on-prem S3 with a private CA): the CA that signed their cert.
     ca_bundle: str | None = None
+    # The SeaweedFS master (volume slots: /dir/status) and the server's log.
+    master_url: str = ""
+    log: str = ""
 
     def env(self) -> dict[str, str]:
         """What a process needs to reach this server through boto3 / dflash_trainer.storage."""
@@ -133,15 +137,26 @@ def status(name: str = NAME) -> S3Info | None:
     return info if is_healthy(info) else None
 
 
-def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None = None) -> S3Info:
+def up(
+    bucket: str = DEFAULT_BUCKET,
+    *,
+    name: str = NAME,
+    tls: TlsFiles | None = None,
+    volume_max: int | None = None,
+) -> S3Info:
     """Start the server (or return the running one), with `bucket` created. `name` keeps a
-    second server apart (its own state); `tls` serves S3 over HTTPS only with that cert."""
+    second server apart (its own state); `tls` serves S3 over HTTPS only with that cert;
+    `volume_max` caps its volume slots (default: one per 64 MiB of free disk)."""
     running = status(name)
     if running is not None:
         return running
     down(name)
     state = _state_dir(name)
     state.mkdir(parents=True, exist_ok=True)
+    usage = shutil.disk_usage(state)
+    problem = s3capacity.check_disk(s3capacity.Disk(usage.free, usage.total), str(state))
+    if problem is not None:
+        raise DevError(problem)
     data_dir = state / f"data-{int(time.time())}-{secrets.token_hex(3)}"
     data_dir.mkdir(parents=True)
     s3_port, master, volume, filer, admin, webdav, metrics, debug, https_port = free_ports(9)
@@ -164,7 +179,11 @@ def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None =
         "-admin.ui=false",
         "-webdav=false",
         f"-bucket={bucket}",
+        # Sized for small disks (s3capacity.py): 64 MiB volumes, whatever the disk's size.
+        f"-master.volumeSizeLimitMB={s3capacity.VOLUME_SIZE_MB}",
     ]
+    if volume_max is not None:
+        argv.append(f"-volume.max={volume_max}")
     scheme, port = "http", s3_port
     if tls is not None:
         argv += [
@@ -173,7 +192,12 @@ def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None =
             f"-s3.key.file={tls.key}",
         ]
         scheme, port = "https", https_port
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key)
+    env = dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID=access_key,
+        AWS_SECRET_ACCESS_KEY=secret_key,
+        WEED_MASTER_VOLUME_GROWTH_COPY_1=str(s3capacity.GROWTH_PER_COLLECTION),
+    )
     tracked = procs.start(state, name, argv, env=env, cwd=data_dir)
     info = S3Info(
         endpoint_url=f"{scheme}://127.0.0.1:{port}",
@@ -183,6 +207,8 @@ def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None =
         bucket=bucket,
         data_dir=str(data_dir),
         ca_bundle=tls.ca if tls is not None else None,
+        master_url=f"http://127.0.0.1:{master}",
+        log=str(tracked.log),
     )
     _info_file(name).write_text(json.dumps(asdict(info)))
     _info_file(name).chmod(0o600)
@@ -190,16 +216,25 @@ def up(bucket: str = DEFAULT_BUCKET, *, name: str = NAME, tls: TlsFiles | None =
     while time.monotonic() < deadline:
         if not tracked.is_alive():
             raise DevError(
-                f"the S3 server exited at start; last log lines:\n{procs.tail(tracked.log)}"
+                f"the S3 server (SeaweedFS) exited at start: {_last_error(tracked.log)}; "
+                f"log: {tracked.log}"
             )
         if is_listening(port) and _bucket_ready(info):
             return info
         time.sleep(0.3)
     down(name)
     raise DevError(
-        f"the S3 server did not answer within {START_TIMEOUT_SECONDS:.0f}s; "
-        f"last log lines:\n{procs.tail(tracked.log)}"
+        f"the S3 server (SeaweedFS) did not answer within {START_TIMEOUT_SECONDS:.0f}s: "
+        f"{_last_error(tracked.log)}; log: {tracked.log}"
     )
+
+
+def _last_error(log: Path) -> str:
+    """The last error (glog E/F line) of the log, else its last line, shortened."""
+    lines = [line.strip() for line in procs.tail(log, 200).splitlines() if line.strip()]
+    errors = [line for line in lines if line[:1] in ("E", "F") and line[1:5].isdigit()]
+    last = (errors or lines or ["(empty log)"])[-1]
+    return last[:300]
 
 
 def _bucket_ready(info: S3Info) -> bool:
@@ -227,3 +262,66 @@ def down(name: str = NAME) -> bool:
 
 def export_lines(info: S3Info) -> str:
     return "\n".join(f"export {key}={value}" for key, value in info.env().items())
+
+
+# ---------------------------------------------------------------- capacity and refusals
+def topology(info: S3Info) -> s3capacity.Topology | None:
+    """The master's volume slots (all, free); None when it does not answer."""
+    if not info.master_url:
+        return None
+    try:
+        with urllib.request.urlopen(f"{info.master_url}/dir/status", timeout=2) as resp:
+            topo = json.loads(resp.read())["Topology"]
+        return s3capacity.Topology(int(topo["Max"]), int(topo["Free"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def disk(info: S3Info) -> s3capacity.Disk | None:
+    try:
+        usage = shutil.disk_usage(info.data_dir)
+    except OSError:
+        return None
+    return s3capacity.Disk(usage.free, usage.total)
+
+
+def _log_of(info: S3Info, name: str) -> Path:
+    tracked = procs.read_tracked(_state_dir(name), name)
+    if info.log:
+        return Path(info.log)
+    return tracked.log if tracked else _state_dir(name) / "logs" / f"{name}.log"
+
+
+def refusal(info: S3Info, name: str = NAME) -> str | None:
+    """Why the server refused writes, from its log, with its slots and free disk (one line);
+    None when its log names no such cause."""
+    log = _log_of(info, name)
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(log.stat().st_size - 200_000, 0))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    cause = s3capacity.find_refusal(text)
+    if cause is None:
+        return None
+    return s3capacity.describe_refusal(cause, disk(info), topology(info), info.data_dir, str(log))
+
+
+def explain_failure(info: S3Info, what: str, exc: BaseException, name: str = NAME) -> str:
+    """One line for an S3 request of the dev tooling that failed (`what`: "uploading s3://..."):
+    the server is not running, or why it refused (from its log), or what it answered."""
+    log = _log_of(info, name)
+    tracked = procs.read_tracked(_state_dir(name), name)
+    if tracked is None or not tracked.is_alive():
+        last = procs.tail(log, 1).strip()
+        return (
+            f"{what} failed: the S3 server at {info.endpoint_url} is not running"
+            + (f" (its last log line: {last[:200]})" if last else "")
+            + f": start it again with `make s3-down s3-up` (the demo starts it itself); log: {log}"
+        )
+    why = refusal(info, name)
+    if why is not None:
+        return f"{what} failed: {why}"
+    said = " ".join(str(exc).split())[:300]
+    return f"{what} failed: the S3 server at {info.endpoint_url} answered: {said}; log: {log}"

@@ -23,6 +23,14 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 EXIT_LOST_LEASE = 3
 
 
+def process_identity() -> str:
+    """Who this operator process is, for kopf (`kopf.run(identity=...)`): the pod's name, else
+    the host's, and the pid. Never kopf's default, `getpass.getuser()`: the image runs as a
+    numeric UID with no passwd entry (65532), where that raises KeyError at start."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}@{os.getpid()}"
+
+
 def lease_settings(config: OperatorConfig) -> LeaseSettings:
     namespace = config.lease_namespace or os.environ.get("POD_NAMESPACE")
     if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():

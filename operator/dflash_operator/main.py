@@ -9,10 +9,16 @@ import logging
 import sys
 
 import kopf
+from kopf._core.engines.peering import Identity  # the type of kopf.run(identity=)
 
 from dflash_operator.config import ConfigError, OperatorConfig, add_flags, load_config
 from dflash_operator.handlers import children, lifecycle, runs
-from dflash_operator.leadership import exit_on_lost_lease, lease_settings, standby_health
+from dflash_operator.leadership import (
+    exit_on_lost_lease,
+    lease_settings,
+    process_identity,
+    standby_health,
+)
 from dflash_operator.pools import PoolsError, load_pools
 from dflash_operator.readiness import ReadinessServer, check_crd
 from dflash_operator.runtime.kube import Kube, load_api_client
@@ -85,6 +91,7 @@ def cli(argv: list[str] | None = None) -> int:
             clusterwide=config.clusterwide,
             namespaces=config.namespaces,
             standalone=True,
+            identity=Identity(process_identity()),
             liveness_endpoint=config.liveness_endpoint,
             memo=kopf.Memo(config=config, pools=pools),
         )

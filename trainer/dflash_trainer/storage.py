@@ -7,6 +7,7 @@ S3 settings come from the environment (never from the DFlashRun spec):
     AWS_ENDPOINT_URL        S3 endpoint (unset: AWS)        AWS_REGION / AWS_DEFAULT_REGION
     AWS_ACCESS_KEY_ID       from the run's Secret            AWS_SECRET_ACCESS_KEY
     DFLASH_S3_PATH_STYLE    "true" (default) or "false": path-style addressing for MinIO/SeaweedFS/Ceph
+    AWS_MAX_ATTEMPTS        attempts per request, the first included (default: 8 retries)
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from urllib.parse import urlparse
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 MULTIPART_CHUNK = 64 * 1024 * 1024
 MAX_CONCURRENCY = 8
-# botocore's "standard" retry mode retries throttling and 5xx with backoff.
+# botocore's "standard" retry mode retries throttling, 5xx and connection errors with backoff
+# (AWS_MAX_ATTEMPTS overrides the count, as it does for the AWS CLI).
 MAX_ATTEMPTS = 8
 HASH_BLOCK = 4 * 1024 * 1024
 
@@ -221,20 +223,36 @@ class S3Settings:
         )
 
 
-def s3_error(uri: str, action: str, exc: Exception) -> StorageError:
-    """The one-line StorageError for a botocore ClientError or BotoCoreError on `uri`."""
-    from botocore.exceptions import ClientError
+def s3_error(
+    uri: str, action: str, exc: BaseException, endpoint: str | None = None
+) -> StorageError:
+    """The one-line StorageError for a failed S3 request on `uri` (botocore's ClientError and
+    BotoCoreError, boto3's transfer errors): the object, the credentials, or the server (full,
+    down, unreachable) and what to do (`s3_errors`). `endpoint`: default AWS_ENDPOINT_URL."""
+    from dflash_trainer import s3_errors
 
-    if not isinstance(exc, ClientError):
-        return StorageError(f"{action} {uri} failed: {exc}")
-    code = str(exc.response.get("Error", {}).get("Code", ""))
+    endpoint = endpoint if endpoint is not None else os.environ.get("AWS_ENDPOINT_URL") or None
+    exc = s3_errors.unwrap(exc)
+    answer = s3_errors.answer_of(exc)
+    if answer is None:
+        return StorageError(s3_errors.describe_transport(action, uri, endpoint, exc))
+    code = answer.code
     if code in {"NoSuchKey", "404", "NotFound"}:
         return StorageError(f"{uri} does not exist")
     if code == "NoSuchBucket":
         return StorageError(f"bucket of {uri} does not exist")
     if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
         return StorageError(f"access to {uri} was refused ({code}): check the credentials Secret")
-    return StorageError(f"{action} {uri} failed: {code or exc}")
+    return StorageError(s3_errors.describe_answer(action, uri, endpoint, answer))
+
+
+def retry_settings() -> dict[str, Any]:
+    """botocore's retries: standard mode, MAX_ATTEMPTS retries, or AWS_MAX_ATTEMPTS attempts in
+    all (its meaning for the AWS CLI and SDKs) when that is a whole number of at least 1."""
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    if raw.isdigit() and int(raw) >= 1:
+        return {"total_max_attempts": int(raw), "mode": "standard"}
+    return {"max_attempts": MAX_ATTEMPTS, "mode": "standard"}
 
 
 def s3_client(settings: S3Settings, max_pool_connections: int) -> Any:
@@ -245,7 +263,7 @@ def s3_client(settings: S3Settings, max_pool_connections: int) -> Any:
 
     config = Config(
         region_name=settings.region,
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        retries=retry_settings(),
         s3={"addressing_style": "path" if settings.path_style else "auto"},
         max_pool_connections=max_pool_connections,
     )
@@ -271,12 +289,13 @@ class S3Store:
         )
 
     def _call(self, uri: str, action: str, fn: Any, **kwargs: Any) -> Any:
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return fn(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise s3_error(uri, action, exc) from None
+        except (ClientError, BotoCoreError, Boto3Error) as exc:
+            raise s3_error(uri, action, exc, self.settings.endpoint_url or "") from None
 
     def read_bytes(self, uri: str) -> bytes:
         bucket, key = split_s3_uri(uri)
@@ -341,7 +360,7 @@ class S3Store:
                 for item in page.get("Contents", []):
                     yield ObjectInfo(f"s3://{bucket}/{item['Key']}", int(item["Size"]))
         except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"listing {prefix} failed: {exc}") from None
+            raise s3_error(prefix, "listing", exc, self.settings.endpoint_url or "") from None
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         return sorted(self._iter(prefix), key=lambda o: o.uri)

@@ -80,6 +80,12 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list, patch]
+# The LocalQueue a run names, looked up by name before its child is created (a missing one is
+# named in the run's status instead of leaving the child queued forever). ServiceAccounts and
+# ConfigMaps a run names are looked up with the rights below; never Secrets.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [get]
 # Stage results are read from the pods' termination messages (no logs, no exec).
 - apiGroups: [""]
   resources: [pods]
@@ -112,6 +118,11 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+# ...and the PriorityClass a run names (cluster-scoped, read by name only), looked up before its
+# child is created: a missing one would leave the child with no pod and no Workload, silently.
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get]
 {{- end -}}
 
 {{/* The pools file the operator reads: nodePools plus defaults (empty defaults dropped). */}}

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from dflash_dev import s3server
 from dflash_dev.demo import assets, environment, manifest, summary
 from dflash_dev.demo.live import watch_run
 from dflash_dev.errors import DevError
@@ -35,8 +36,6 @@ def _prepare_assets(
     ):
         target = assets.ensure_tiny_target()
     client = env.s3.client()
-    assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
-    size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)
     if broken:
         # The healthy imported source is the target's own answers (made once, cached): the
         # canary's likelihood check judges it the target's, and openorca not.
@@ -45,7 +44,12 @@ def _prepare_assets(
         files = assets.build_broken_sources(SAMPLES_PER_SOURCE, own_answers=own)
     else:
         files = assets.build_prompt_sources(SAMPLES_PER_SOURCE)
-    assets.upload_sources(client, files, manifest.EXAMPLE_BUCKET)
+    try:
+        assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
+        size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)
+        assets.upload_sources(client, files, manifest.EXAMPLE_BUCKET)
+    except assets.UploadError as error:
+        raise DevError(s3server.explain_failure(env.s3, error.what, error.cause)) from None
     console.print(
         f"assets in s3://{manifest.EXAMPLE_BUCKET}/ ({time.monotonic() - started:.0f}s): tiny target "
         f"{size / 1e6:.1f} MB at {manifest.MODEL_KEY}/ ({'cached' if cached else 'built'}), "
@@ -66,14 +70,14 @@ def build_demo_run(
     )
 
 
-def run_demo(broken: bool) -> int:
+def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
     # Off a terminal (CI, a pipe) rich wraps at 80 columns; URIs read better unwrapped.
     console = Console() if sys.stdout.isatty() else Console(width=NON_TTY_WIDTH)
     started = time.monotonic()
     console.rule(
         "DFlash Operator demo" + (": broken data (the incident, replayed)" if broken else "")
     )
-    env = environment.ensure_environment(NAMESPACE, say=console.print)
+    env = environment.ensure_environment(NAMESPACE, say=console.print, images=images)
     environment.ensure_s3_secret(env.admin, NAMESPACE, env.s3)
     files = _prepare_assets(console, env, broken)
     run = build_demo_run(env, broken, files)
@@ -101,6 +105,14 @@ def run_demo(broken: bool) -> int:
         report = summary.fetch_report(env.s3.client(), report_uri) if report_uri else None
         summary.print_audit_failure(console, final, report, NAMESPACE)
     elif phase != "Succeeded":
+        refused = s3server.refusal(env.s3)
+        if refused is None and s3server.status() is None:
+            refused = (
+                f"the S3 server at {env.s3.endpoint_url} is not running any more: "
+                f"`make s3-down` and run the demo again; log: {env.s3.log}"
+            )
+        if refused is not None:
+            console.print(refused, style="red", markup=False, highlight=False)
         console.print(
             f"operator log: {env.operator.log}; pod logs: make executor-logs POD={NAMESPACE}/<pod>"
         )
@@ -136,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_dev.demo", description=__doc__)
     parser.add_argument("command", nargs="?", choices=("run", "down"), default="run")
     parser.add_argument("--broken-data", action="store_true", help="feed the 87%%-stub dataset")
+    parser.add_argument(
+        "--from-images",
+        action="store_true",
+        help="run the operator and every pod from the built images (make images first)",
+    )
+    parser.add_argument("--image-registry", default="ghcr.io/dflash-dev")
+    parser.add_argument("--image-tag", default="", help="default: the VERSION file")
     args = parser.parse_args(argv)
     try:
         if args.command == "down":
@@ -145,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                 else "demo operator was not running"
             )
             return 0
-        return run_demo(args.broken_data)
+        images = None
+        if args.from_images:
+            from dflash_dev.version import read_version
+
+            tag = args.image_tag or read_version()
+            images = environment.demo_images(args.image_registry, tag)
+        return run_demo(args.broken_data, images)
     except (DevError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -243,24 +243,51 @@ def ensure_tiny_target(layers: int = TARGET_LAYERS, teach_steps: int = TEACH_STE
 
 
 # ---------------------------------------------------------------- uploads
+class UploadError(Exception):
+    """An S3 request of the demo failed: `what` names it ("uploading s3://b/k"); the cause is
+    the botocore / boto3 exception, which `s3server.explain_failure` turns into one line."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(f"{what} failed: {cause}")
+        self.what = what
+        self.cause = cause
+
+
+def _s3_errors() -> tuple[type[BaseException], ...]:
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError, Boto3Error)
+
+
 def ensure_bucket(client: Any, bucket: str) -> None:
     from botocore.exceptions import ClientError
 
     try:
-        client.head_bucket(Bucket=bucket)
-    except ClientError:
-        client.create_bucket(Bucket=bucket)
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError:
+            client.create_bucket(Bucket=bucket)
+    except _s3_errors() as exc:
+        raise UploadError(f"creating bucket s3://{bucket}", exc) from None
 
 
 def upload_folder(client: Any, folder: Path, bucket: str, prefix: str) -> int:
     """Every file of `folder` under `s3://bucket/prefix/`; returns the bytes uploaded."""
     total = 0
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+        key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+        try:
+            client.upload_file(str(path), bucket, key)
+        except _s3_errors() as exc:
+            raise UploadError(f"uploading s3://{bucket}/{key}", exc) from None
         total += path.stat().st_size
     return total
 
 
 def upload_sources(client: Any, files: list[SourceFile], bucket: str) -> None:
     for f in files:
-        client.put_object(Bucket=bucket, Key=f.key, Body=f.body)
+        try:
+            client.put_object(Bucket=bucket, Key=f.key, Body=f.body)
+        except _s3_errors() as exc:
+            raise UploadError(f"uploading s3://{bucket}/{f.key}", exc) from None

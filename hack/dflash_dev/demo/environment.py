@@ -7,6 +7,7 @@ tracked background process under `<state>/demo/`, so `make down` stops it with t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -17,9 +18,13 @@ from typing import Any
 
 import yaml
 
-from dflash_dev import cluster, executor_service, operator_local, procs, s3server
+from dflash_dev import cluster, executor_service, operator_local, procs, s3capacity, s3server
 from dflash_dev.errors import DevError
 from dflash_dev.executor.config import INSTANCE_LABEL, TAINT
+from dflash_dev.images.build import image_ref
+from dflash_dev.images.engine import detect_engine, image_exists
+from dflash_dev.images.operator_run import operator_image_launch
+from dflash_dev.images.rootfs import NAME_PREFIX, remove_rootfs
 from dflash_dev.nodes import POOL_LABEL
 from dflash_dev.paths import state_root, venv_bin
 from dflash_dev.ports import free_port
@@ -112,7 +117,9 @@ def _operator_info() -> Path:
     return demo_dir() / "operator.json"
 
 
-def running_operator(namespaces: tuple[str, ...]) -> OperatorHandle | None:
+def running_operator(
+    namespaces: tuple[str, ...], from_image: str | None = None
+) -> OperatorHandle | None:
     tracked = procs.read_tracked(demo_dir(), OPERATOR)
     if tracked is None or not tracked.is_alive():
         return None
@@ -120,7 +127,7 @@ def running_operator(namespaces: tuple[str, ...]) -> OperatorHandle | None:
         info = json.loads(_operator_info().read_text())
     except (OSError, ValueError):
         return None
-    if info.get("namespaces") != list(namespaces):
+    if info.get("namespaces") != list(namespaces) or info.get("image") != from_image:
         # Started for other namespaces (or cluster-wide, by an older demo): replace it.
         stop_operator()
         return None
@@ -148,44 +155,84 @@ def _wait_healthy(handle: OperatorHandle) -> None:
 
 
 def ensure_operator(
-    admin: Path, values: dict[str, Any], namespaces: tuple[str, ...]
+    admin: Path,
+    values: dict[str, Any],
+    namespaces: tuple[str, ...],
+    from_image: str | None = None,
 ) -> OperatorHandle:
     """The chart's CRD, RBAC and pools (with `values`) installed; the operator running as the
     chart's ServiceAccount, never admin, watching only `namespaces` (the chart's
     `operator.watchNamespaces`): on a shared cluster it never acts on another operator's runs,
-    for example those of `make test` started while the demo's operator still runs."""
+    for example those of `make test` started while the demo's operator still runs.
+    `from_image`: run it from that operator image (image mode), not from the venv."""
     workdir = demo_dir()
     helm_args = write_values(values, workdir / "values.yaml")
-    running = running_operator(namespaces)
+    running = running_operator(namespaces, from_image)
     kubeconfig, pools = operator_local.prepare(admin, workdir, *helm_args)
     if running is not None:
         return running
     metrics_port = free_port()
     health_port = free_port({metrics_port})
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "DFLASH_POOLS_FILE": str(pools),
+    settings = {
         "DFLASH_METRICS_PORT": str(metrics_port),
         "DFLASH_HEALTH_PORT": str(health_port),
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
         "DFLASH_NAMESPACES": ",".join(namespaces),
     }
-    argv = [str(venv_bin() / "python"), "-m", "dflash_operator.main"]
+    if from_image is not None:
+        engine = detect_engine()
+        argv = operator_image_launch(engine, from_image, workdir, kubeconfig, pools, settings)
+        env = {"PATH": os.environ.get("PATH", "")}
+    else:
+        argv = [str(venv_bin() / "python"), "-m", "dflash_operator.main"]
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "DFLASH_POOLS_FILE": str(pools),
+            **settings,
+        }
     tracked = procs.start(workdir, OPERATOR, argv, env=env)
     handle = OperatorHandle(tracked.pid, tracked.log, f"http://127.0.0.1:{health_port}/healthz")
-    info = {"health_url": handle.health_url, "namespaces": list(namespaces)}
+    info = {"health_url": handle.health_url, "namespaces": list(namespaces), "image": from_image}
     _operator_info().write_text(json.dumps(info))
     _wait_healthy(handle)
     return handle
 
 
 def stop_operator() -> bool:
-    return procs.stop(demo_dir(), OPERATOR)
+    stopped = procs.stop(demo_dir(), OPERATOR)
+    if (demo_dir() / "operator-image.json").is_file():  # it ran from the operator image
+        with contextlib.suppress(DevError):
+            remove_rootfs(detect_engine(), NAME_PREFIX + "demo-operator")
+        (demo_dir() / "operator-image.json").unlink()
+    return stopped
 
 
 # ---------------------------------------------------------------- everything
+@dataclass(frozen=True)
+class DemoImages:
+    """Image mode: the images the operator and the stages run from (`make images` tags)."""
+
+    operator: str
+    trainer: str
+    regen: str
+
+
+def demo_images(registry: str, tag: str) -> DemoImages:
+    """The built images, checked to be here; the operator's default stage images must be
+    these (it names ghcr.io/dflash-dev/dflash-<image>:<its version>)."""
+    engine = detect_engine()
+    refs = {name: image_ref(name, registry, tag) for name in ("operator", "trainer", "regen")}
+    missing = [ref for ref in refs.values() if not image_exists(engine, ref)]
+    if missing:
+        raise DevError(
+            f"not built: {', '.join(missing)}; run `make images` (`make base-images` first "
+            "where the bases' registries are unreachable)"
+        )
+    return DemoImages(**refs)
+
+
 @dataclass(frozen=True)
 class DemoEnvironment:
     admin: Path
@@ -195,23 +242,36 @@ class DemoEnvironment:
     executor_state: Path
 
 
-def ensure_environment(namespace: str, say: Any = print) -> DemoEnvironment:
+def ensure_environment(
+    namespace: str, say: Any = print, images: DemoImages | None = None
+) -> DemoEnvironment:
     """Cluster, S3, executor, operator (watching `namespace` only): each started unless it
-    already runs."""
+    already runs. With `images` (`make demo FROM_IMAGES=1`), the operator runs from the operator
+    image and every pod from the image the operator gives its stage."""
     started = time.monotonic()
     info = cluster.up()
     say(
         f"control plane up ({time.monotonic() - started:.0f}s): export KUBECONFIG={info.kubeconfig}"
     )
     s3 = s3server.up()
-    say(f"S3 (SeaweedFS) up at {s3.endpoint_url}")
-    executor = executor_service.executor_up(nodes=2)
-    say(f"process executor up: nodes {', '.join(executor['nodes'])} run pods as local processes")
+    topology, disk = s3server.topology(s3), s3server.disk(s3)
+    room = ""
+    if topology is not None and disk is not None:
+        room = (
+            f": {topology.free_slots} of {topology.max_slots} volume slots of "
+            f"{s3capacity.VOLUME_SIZE_MB} MiB free, {s3capacity.format_gib(disk.free)} free disk"
+        )
+    say(f"S3 (SeaweedFS) up at {s3.endpoint_url}{room}")
+    executor = executor_service.executor_up(nodes=2, from_images=images is not None)
+    how = "from their images' root filesystems" if images else "as local processes"
+    say(f"process executor up: nodes {', '.join(executor['nodes'])} run pods {how}")
     admin = Path(info.kubeconfig)
-    operator = ensure_operator(admin, executor_pool_values(), (namespace,))
+    operator = ensure_operator(
+        admin, executor_pool_values(), (namespace,), images.operator if images else None
+    )
     say(
         f"operator up (pid {operator.pid}, chart RBAC, namespace {namespace}, pool {DEMO_POOL} -> "
-        f"executor nodes); log {operator.log}"
+        f"executor nodes{', from ' + images.operator if images else ''}); log {operator.log}"
     )
     return DemoEnvironment(
         admin, s3, operator, tuple(executor["nodes"]), Path(executor["state_dir"])

@@ -58,10 +58,15 @@ class DemoHarness:
         assets.upload_sources(client, files, self.bucket)
 
     def start_operator(
-        self, namespaces: tuple[str, ...] | None = None, pool_env: dict[str, str] | None = None
+        self,
+        namespaces: tuple[str, ...] | None = None,
+        pool_env: dict[str, str] | None = None,
+        image: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> operator_local.OperatorProcess:
         """The operator, its `cpu` pool on this test's executor (`pool_env` over the pool's env,
-        e.g. HF_ENDPOINT)."""
+        e.g. HF_ENDPOINT); from the operator `image` when given (image mode), with `env` over
+        its settings (e.g. DFLASH_REGEN_IMAGE)."""
         pools = environment.write_pools_file(
             environment.executor_pool_values(self.executor.instance, pool_env),
             self.workdir / "pools.yaml",
@@ -72,6 +77,8 @@ class DemoHarness:
             log_path=self.workdir / f"operator-{len(self.operators)}.log",
             namespaces=namespaces or (self.namespace,),
             resync_seconds=10,
+            image=image,
+            env=dict(env or {}),
         ).start()
         self.operators.append(process)
         return process.wait_ready()
@@ -176,3 +183,12 @@ class DemoHarness:
     def stop(self) -> None:
         for process in self.operators:
             process.stop()
+        self.delete_bucket()
+
+    def delete_bucket(self) -> None:
+        """The test's bucket and everything in it: SeaweedFS gives its volume slots back, so a
+        session of many tests fits a small disk (s3capacity.py). Best effort."""
+        try:
+            self.s3.client().delete_bucket(Bucket=self.bucket)
+        except Exception:  # gone already, or the server is down: nothing to free
+            return

@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         help="copy this variable of the executor's environment into every pod (repeatable)",
     )
     run.add_argument("--exit-with-pid", type=int, help="stop when this process is gone (tests)")
+    run.add_argument(
+        "--from-images",
+        action="store_true",
+        help="run each pod from its image's root filesystem (Buildah/Podman storage; root)",
+    )
     run.add_argument("-v", "--verbose", action="store_true")
     kill = sub.add_parser("kill", help="SIGKILL a pod's process (simulates a crash)")
     kill.add_argument("pod", type=_pod_ref, metavar="NAMESPACE/POD")
@@ -93,6 +98,7 @@ def _run(args: argparse.Namespace) -> None:
         backoff_max=args.backoff_max,
         pass_env=tuple(args.pass_env),
         exit_with_pid=args.exit_with_pid,
+        from_images=args.from_images,
     )
     cfg.validate()
     Executor(cfg).run()

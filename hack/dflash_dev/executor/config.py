@@ -54,6 +54,9 @@ class ExecutorConfig:
     backoff_max: float = BACKOFF_MAX_SECONDS
     pass_env: tuple[str, ...] = field(default_factory=tuple)
     exit_with_pid: int | None = None
+    # Image mode: each pod runs from its image's root filesystem (image_mode.py); needs root
+    # and Buildah or Podman with the images in local storage.
+    from_images: bool = False
 
     @property
     def node_names(self) -> list[str]:
@@ -69,6 +72,11 @@ class ExecutorConfig:
             raise DevError(
                 f"--kubeconfig {self.kubeconfig}: no such file; start the cluster with "
                 "`make cluster-up` and pass $(make -s kubeconfig)"
+            )
+        if self.from_images and os.geteuid() != 0:
+            raise DevError(
+                "--from-images: running pods from image root filesystems (chroot, mounts) "
+                "needs root; run the executor as root or without --from-images"
             )
         if not (self.python.is_file() and os.access(self.python, os.X_OK)):
             raise DevError(

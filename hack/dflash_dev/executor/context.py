@@ -7,6 +7,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from dflash_dev.images.engine import Engine
+
 from .addresses import HostPorts, LoopbackPool, ServiceResolver
 from .config import ExecutorConfig
 from .kube import Kube, Obj, is_status, pod_path
@@ -28,6 +30,7 @@ class Context:
     resolver: ServiceResolver
     node_names: frozenset[str]
     allocatable: dict[str, str]
+    engine: Engine | None = None  # image mode only
 
     @property
     def pods_dir(self) -> Path:
@@ -51,3 +54,7 @@ def finalize_pod(ctx: Context, pod: Obj) -> None:
         if not is_status(exc, 404, 409):  # gone already, or a newer pod of the same name
             log.warning("pod %s/%s: final delete failed: %s", meta["namespace"], meta["name"], exc)
     remove_sandbox(sandbox_root(ctx.pods_dir, meta["namespace"], meta["name"], meta["uid"]))
+    if ctx.engine is not None:
+        from .image_mode import release_rootfs
+
+        release_rootfs(ctx.engine, ctx.cfg.instance, meta["uid"])

@@ -17,10 +17,12 @@ from typing import IO
 
 from dflash_dev import procs
 from dflash_dev.errors import DevError
+from dflash_dev.images.engine import Engine, detect_engine
 
 from .addresses import HostPorts, LoopbackPool, ServiceResolver
 from .config import ExecutorConfig, ready_file
 from .context import Context, finalize_pod
+from .image_mode import remove_orphan_rootfs
 from .kube import Kube, Obj, is_status
 from .nodes import NodeKeeper, node_capacity
 from .objects import ObjectSource
@@ -39,6 +41,18 @@ RETRY_MAX_SECONDS = 30.0
 TICK_SECONDS = 1.0
 SHUTDOWN_JOIN_SECONDS = 15.0  # pod workers stop their processes (5 s grace each) in parallel
 TERMINAL = ("Succeeded", "Failed")
+
+
+def _image_engine(cfg: ExecutorConfig) -> Engine | None:
+    """Image mode's engine (Buildah or Podman: their storage has mountable root filesystems)."""
+    if not cfg.from_images:
+        return None
+    engine = detect_engine()
+    if not engine.stores_locally:
+        raise DevError(
+            f"--from-images needs Buildah or Podman; {engine.kind} keeps its images in a daemon"
+        )
+    return engine
 
 
 class Executor:
@@ -60,6 +74,7 @@ class Executor:
             resolver=ServiceResolver(self.kube),
             node_names=frozenset(cfg.node_names),
             allocatable=node_capacity(cfg),
+            engine=_image_engine(cfg),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -70,6 +85,11 @@ class Executor:
         killed = kill_orphans(self.ctx.pods_dir)
         if killed:
             log.warning("killed %d process group(s) left by a previous executor", killed)
+        if self.ctx.engine is not None:
+            live = {p.name for p in self.ctx.pods_dir.glob("*/*/*") if p.is_dir()}
+            removed = remove_orphan_rootfs(self.ctx.engine, self.cfg.instance, live)
+            if removed:
+                log.warning("removed %d pod root filesystem(s) of deleted pods", removed)
         keeper = NodeKeeper(self.kube, self.cfg, self.executor_id)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop.set())
@@ -88,6 +108,7 @@ class Executor:
                         "pid": os.getpid(),
                         "nodes": self.cfg.node_names,
                         "instance": self.cfg.instance,
+                        "from_images": self.cfg.from_images,
                     }
                 )
             )
@@ -129,6 +150,10 @@ class Executor:
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         keeper.shutdown()
+        if self.ctx.engine is not None:
+            # No root filesystem outlives the executor: a pod that starts again after a restart
+            # gets a fresh one (as a container is re-created after a node reboot).
+            remove_orphan_rootfs(self.ctx.engine, self.cfg.instance, live_uids=set())
         log.info("stopped; %d pod(s) were still active", len(workers))
 
     # ------------------------------------------------------------------ pods

@@ -14,6 +14,7 @@ from .addresses import Target, resolve_addresses
 from .config import HOST_IP
 from .context import Context
 from .env import PodFacts, resolve_env
+from .image_mode import ImageStart, build_image_env, prepare_image_start
 from .kube import Obj
 from .process import CONTAINER_ENV, DEFAULT_PATH
 from .sandbox import Sandbox, SandboxBuilder, sandbox_root, write_kubeconfig
@@ -26,6 +27,7 @@ class Prepared:
     env: dict[str, str]
     sandbox: Sandbox
     cwd: Path
+    image: ImageStart | None = None  # image mode: how the container starts from its image
 
 
 def prepare_start(
@@ -46,7 +48,8 @@ def prepare_start(
     if sandbox is None:
         root = sandbox_root(ctx.pods_dir, meta["namespace"], meta["name"], meta["uid"])
         sandbox = SandboxBuilder(ctx.objects, facts, env).build(root, container)
-    env = {k: sandbox.rewrite(v) for k, v in env.items()}
+    if ctx.engine is None:
+        env = {k: sandbox.rewrite(v) for k, v in env.items()}
     env = resolve_addresses(
         env,
         meta["namespace"],
@@ -56,8 +59,29 @@ def prepare_start(
         is_ours=lambda target: target.node_name in ctx.node_names,
         interrupted=interrupted,
     )
+    if ctx.engine is not None:
+        image = prepare_image_start(ctx.engine, ctx.cfg.instance, pod, sandbox)
+        full = build_image_env(image.config, runtime_env(ctx, pod, sandbox), env)
+        return Prepared(full, sandbox, sandbox.root, image)
     full = {**base_env(ctx, pod, sandbox), **env}  # the container's own env wins
     return Prepared(full, sandbox, sandbox.working_dir(container.get("workingDir")))
+
+
+def runtime_env(ctx: Context, pod: Obj, sandbox: Sandbox) -> dict[str, str]:
+    """Image mode: what kubelet adds over the image's env (HOSTNAME, the API's address, the
+    container marker). The ServiceAccount token is mounted at its real path, so in-cluster
+    configuration works as in a cluster: no KUBECONFIG."""
+    server = urlparse(ctx.kube.server)
+    port = str(server.port or HTTPS_PORT)
+    env = {
+        "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
+        CONTAINER_ENV: str(sandbox.root),
+        "KUBERNETES_SERVICE_HOST": server.hostname or HOST_IP,
+        "KUBERNETES_SERVICE_PORT": port,
+        "KUBERNETES_SERVICE_PORT_HTTPS": port,
+    }
+    env.update({k: os.environ[k] for k in ctx.cfg.pass_env if k in os.environ})
+    return env
 
 
 def base_env(ctx: Context, pod: Obj, sandbox: Sandbox) -> dict[str, str]:

@@ -8,6 +8,8 @@ command, args and env into those local paths (see docs/executor.md, "Paths").
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ class Sandbox:
     mounts: dict[str, Path] = field(default_factory=dict)  # container path -> local path
     tokens: list[ProjectedToken] = field(default_factory=list)
     termination_path: str = DEFAULT_TERMINATION_PATH
+    rootfs: Path | None = None  # image mode: the pod's root filesystem
 
     @property
     def work(self) -> Path:
@@ -130,10 +133,14 @@ def _safe_relative(base: Path, relative: str, what: str) -> Path:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
+    """Replace the file atomically, keeping its owner (image mode gives files to the pod's user)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     tmp.chmod(mode)
+    with contextlib.suppress(OSError):
+        owner = path.stat()
+        os.chown(tmp, owner.st_uid, owner.st_gid)
     tmp.replace(path)
 
 

@@ -19,6 +19,7 @@ from . import logs, process
 from .context import Context, finalize_pod
 from .errors import START_ERROR_EXIT_CODE, PodConfigError, PodStartError, WaitInterruptedError
 from .events import post_event
+from .image_mode import image_argv, image_launcher_env, release_rootfs
 from .kube import Obj, is_status, pod_path
 from .prepare import Prepared, prepare_start
 from .sandbox import DEFAULT_TERMINATION_PATH, Sandbox
@@ -157,6 +158,8 @@ class PodWorker:
                 return
             if not should_restart(self.policy, ended.code):
                 self._report(ended.state, phase=terminal_phase(ended.code))
+                if self.ctx.engine is not None:  # its container will not run again
+                    release_rootfs(self.ctx.engine, self.ctx.cfg.instance, self.uid)
                 log.info("pod %s: %s (exit %d)", self.key, terminal_phase(ended.code), ended.code)
                 return
             self.last_state = ended.state
@@ -229,16 +232,29 @@ class PodWorker:
         started_at, clock = now(), time.monotonic()
         cid = container_id(self.uid, self.restart_count)
         try:
-            python = self.ctx.cfg.python
-            argv = process.build_argv(self.container, prepared.env, python, sandbox.rewrite)
+            if prepared.image is not None:
+                argv = image_argv(prepared.image, self.container, prepared.env, sandbox)
+            else:
+                python = self.ctx.cfg.python
+                argv = process.build_argv(self.container, prepared.env, python, sandbox.rewrite)
         except PodStartError as exc:
             logs.note(self.log_file, f"cannot start: {exc}")
             post_event(self.ctx.kube, self._pod, "Warning", "Failed", f"Error: {exc}")
             state = terminated(START_ERROR_EXIT_CODE, exc.reason, str(exc), started_at, now(), cid)
             return Exit(START_ERROR_EXIT_CODE, state, 0.0)
         host_log_before = _mtime(HOST_TERMINATION_LOG)
+        if prepared.image is not None:
+            start = prepared.image
+            root = "read-only root" if start.readonly_root else "writable root"
+            logs.note(
+                self.log_file,
+                f"from image {start.image} as {start.uid}:{start.gid}, {root}, cwd {start.cwd}",
+            )
         offset = logs.begin(self.log_file, self.uid, self.restart_count, argv)
-        proc = process.spawn(argv, prepared.env, prepared.cwd, self.log_file)
+        # Image mode: the launcher gets only the container marker; the container's env is
+        # set by the launcher at exec (none of it may steer the launcher's own Python).
+        spawn_env = prepared.env if prepared.image is None else image_launcher_env(prepared.env)
+        proc = process.spawn(argv, spawn_env, prepared.cwd, self.log_file)
         try:
             process.write_process_file(sandbox.root, proc.pid)
             log.info(

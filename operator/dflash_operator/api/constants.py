@@ -240,6 +240,7 @@ class Reason(StrEnum):
     CHILD_LOST = "ChildLost"
     CHILD_CREATE_FAILED = "ChildCreateFailed"
     TRAINING_OPERATOR_MISSING = "TrainingOperatorMissing"
+    OBJECT_MISSING = "ObjectMissing"
     AUDIT_PENDING = "AuditPending"
     AUDIT_PASSED = "AuditPassed"
     AUDIT_FAILED = "AuditFailed"
@@ -299,6 +300,10 @@ _REASON_TEMPLATES: dict[Reason, str] = {
         "This cluster does not serve {kind} ({api_version}): install the Kubeflow "
         "training-operator (its {kind} CRD). {stage} starts when the CRD appears; no operator "
         "restart is needed"
+    ),
+    Reason.OBJECT_MISSING: (
+        "{stage} cannot start: {missing}. Create it, or change the field that names it; "
+        "{stage} goes on as soon as it exists, without an operator restart"
     ),
     Reason.AUDIT_PENDING: "The {gate} audit has not run yet",
     Reason.AUDIT_PASSED: "The {gate} audit passed; report: {report_uri}",

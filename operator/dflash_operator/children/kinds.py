@@ -305,6 +305,7 @@ def summarize_pod(body: Body) -> PodView | None:
     status = body.get("status") or {}
     statuses = status.get("containerStatuses") or []
     main = statuses[0] if statuses else {}
+    waiting = (main.get("state") or {}).get("waiting") or {}
     index = labels.get(JOB_INDEX_LABEL)
     return PodView(
         name=str(meta.get("name")),
@@ -323,6 +324,8 @@ def summarize_pod(body: Body) -> PodView | None:
         replica_type=labels.get(REPLICA_TYPE_LABEL),
         gpus=_requested_gpus(body),
         started_at=_time(status.get("startTime")),
+        waiting_reason=waiting.get("reason") or None,
+        waiting_message=waiting.get("message") or None,
     )
 
 

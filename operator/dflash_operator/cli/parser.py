@@ -14,6 +14,7 @@ from dflash_operator.cli.errors import EXIT_USAGE
 from dflash_operator.cli.output import ACCEPTED_FORMATS, parse_output
 from dflash_operator.cli.render import OUTPUT_FORMATS
 from dflash_operator.cli.summary import PIPELINE
+from dflash_operator.version import OPERATOR_VERSION
 
 PROG = "kubectl dflash"
 GATES = [gate.value for gate in Gate]
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Follow and steer DFlashRuns: progress, audit gates, approvals, retries, logs.",
         epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 an audit gate failed (audit).",
     )
+    parser.add_argument("--version", action="version", version=f"kubectl-dflash {OPERATOR_VERSION}")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )

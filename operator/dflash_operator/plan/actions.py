@@ -9,15 +9,18 @@ from typing import Any, Literal
 
 from dflash_operator.api.constants import Gate, Stage
 from dflash_operator.api.status import DFlashRunStatus
+from dflash_operator.plan.observed import ObjectRef
 
 
 @dataclass(frozen=True)
 class CreateChild:
-    """Create this object unless an object of that name exists (then adopt it)."""
+    """Create this object unless an object of that name exists (then adopt it); not while an
+    object in `requires` is missing (a CreateFailure names them)."""
 
     manifest: dict[str, Any]
     stage: Stage | None = None
     attempt: int | None = None
+    requires: tuple[ObjectRef, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -79,7 +82,16 @@ class DeleteChild:
     name: str
 
 
-Action = CreateChild | ApplyConfig | SetSuspend | SetDeadline | SetWorkloadActive | DeleteChild
+@dataclass(frozen=True)
+class LookUp:
+    """Check that these objects exist (the answer reaches the re-plan as `Observed.lookups`)."""
+
+    refs: tuple[ObjectRef, ...]
+
+
+Action = (
+    CreateChild | ApplyConfig | SetSuspend | SetDeadline | SetWorkloadActive | DeleteChild | LookUp
+)
 EventType = Literal["Normal", "Warning"]
 
 

@@ -33,6 +33,7 @@ WARNING_REASONS = frozenset(
         Reason.CHILD_LOST,
         Reason.CHILD_CREATE_FAILED,
         Reason.TRAINING_OPERATOR_MISSING,
+        Reason.OBJECT_MISSING,
         Reason.AUDIT_FAILED,
         Reason.INVALID_SPEC,
         Reason.UNKNOWN_NODE_POOL,

@@ -1,6 +1,6 @@
 """What the planner sees of a run's children: small frozen summaries of Jobs, PyTorchJobs,
 ConfigMaps and pods (built by `children/kinds.py` from API objects), plus the outcome of
-creations that failed in this pass.
+creations that failed in this pass and of the lookups of objects the run names.
 """
 
 from __future__ import annotations
@@ -52,6 +52,25 @@ class ChildView:
 
 
 @dataclass(frozen=True)
+class ObjectRef:
+    """An object of the cluster a run names but does not own (plan/references.py): its kind,
+    name and the field that names it; `key`: the key of a Secret the run needs."""
+
+    kind: str
+    name: str
+    field: str
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Whether a named object exists (None: it could not be checked, e.g. no RBAC for it)."""
+
+    ref: ObjectRef
+    exists: bool | None
+
+
+@dataclass(frozen=True)
 class Termination:
     """A container's terminated state, as a kubelet reports it."""
 
@@ -92,6 +111,10 @@ class PodView:
     gpus: float = 0.0
     started_at: datetime | None = None
     replica_type: str | None = None
+    # Why its main container has not started (kubelet's waiting state), e.g.
+    # CreateContainerConfigError: 'secret "s3" not found'.
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +143,8 @@ class CreateFailure:
     permanent: bool = False
     # 404 on create: the cluster does not serve the kind (its CRD is not installed).
     api_missing: bool = False
+    # Not created: objects it needs (a PriorityClass, a LocalQueue, ...) do not exist.
+    missing: tuple[ObjectRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +155,7 @@ class Observed:
     pods: tuple[PodView, ...] = ()
     create_failures: tuple[CreateFailure, ...] = field(default=())
     workloads: tuple[WorkloadView, ...] = ()
+    lookups: tuple[Lookup, ...] = ()
 
     def child(self, kind: str, name: str) -> ChildView | None:
         for child in self.children:
@@ -185,3 +211,16 @@ class Observed:
 
     def with_failures(self, failures: Iterable[CreateFailure]) -> Observed:
         return replace(self, create_failures=(*self.create_failures, *failures))
+
+    def with_lookups(self, lookups: Iterable[Lookup]) -> Observed:
+        return replace(self, lookups=(*self.lookups, *lookups))
+
+    def looked_up(self, refs: Iterable[ObjectRef]) -> bool:
+        """Were all of `refs` looked up in this pass?"""
+        known = {lookup.ref for lookup in self.lookups}
+        return all(ref in known for ref in refs)
+
+    def missing(self, refs: Iterable[ObjectRef]) -> tuple[ObjectRef, ...]:
+        """Those of `refs` a lookup of this pass found absent."""
+        absent = {lookup.ref for lookup in self.lookups if lookup.exists is False}
+        return tuple(ref for ref in refs if ref in absent)

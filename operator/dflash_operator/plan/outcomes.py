@@ -170,7 +170,11 @@ def mark_queue(draft: Draft, stage: Stage, child: ChildView, workload: WorkloadV
             )
         return
     if workload is None:
-        why = "Kueue has not made a Workload for it yet (is Kueue running?)"
+        why = (
+            f"Kueue has made no Workload for {child.kind} {child.name} yet: it may not be "
+            f"running, not manage {child.kind}s in this namespace, or be unable to build one "
+            "(its log says why)"
+        )
     elif not workload.active:
         why = "its Workload is deactivated (spec.suspend)"
     else:

@@ -39,7 +39,7 @@ from dflash_operator.children.meta import (
     build_run_root,
 )
 from dflash_operator.children.rbac import build_trainer_access
-from dflash_operator.plan import gpu_hours, outcomes
+from dflash_operator.plan import gpu_hours, outcomes, references
 from dflash_operator.plan.actions import (
     ApplyConfig,
     CreateChild,
@@ -338,11 +338,7 @@ def _step(
         seconds = getattr(deadline, "active_deadline_seconds", None)
         if child.active_deadline_seconds != seconds:
             draft.act(SetDeadline(kind, name, seconds))
-        outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
-        if child.queue:
-            outcomes.mark_queue(draft, stage, child, observed.workload_of(child))
-        elif draft.condition(ConditionType.ADMITTED) is not None:
-            draft.remove_condition(ConditionType.ADMITTED)
+        references.mark_unfinished(ctx, draft, stage, attempt, child, observed)
         return False
     if child.finished.ok and stage == Stage.TRAIN and record_training_audit(draft, attempt, pods):
         return False  # the likelihood monitor stopped training (plan/training_audit.py)
@@ -386,6 +382,9 @@ def _start(
     wanted += [(m["kind"], m["metadata"]["name"]) for m in access] + [(kind, name)]
     for failed_kind, failed_name in wanted:
         failure = observed.failure(failed_kind, failed_name)
+        if failure is not None and failure.missing:
+            references.mark_missing(draft, stage, failure.missing, ctx.run.namespace)
+            return
         if failure is not None:
             _report_create_failure(draft, stage, failure)
             return
@@ -405,7 +404,8 @@ def _start(
     manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_INPUTS] = format_inputs(
         inputs
     )
-    draft.act(CreateChild(manifest, stage, attempt))
+    requires = references.build_references(ctx, stage)
+    draft.act(CreateChild(manifest, stage, attempt, requires=requires))
 
 
 def _config_map(ctx: StageContext, draft: Draft) -> dict[str, Any]:

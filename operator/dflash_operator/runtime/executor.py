@@ -18,11 +18,12 @@ from dflash_operator.plan.actions import (
     ApplyConfig,
     CreateChild,
     DeleteChild,
+    LookUp,
     SetDeadline,
     SetSuspend,
     SetWorkloadActive,
 )
-from dflash_operator.plan.observed import ChildView, CreateFailure
+from dflash_operator.plan.observed import ChildView, CreateFailure, Lookup, ObjectRef
 from dflash_operator.runtime.faults import fault_point
 from dflash_operator.runtime.kube import Kube, KubeError
 
@@ -36,6 +37,7 @@ class Outcome:
     children: list[ChildView] = field(default_factory=list)
     deleted: list[tuple[str, str]] = field(default_factory=list)
     failures: list[CreateFailure] = field(default_factory=list)
+    lookups: list[Lookup] = field(default_factory=list)
     created: int = 0
 
 
@@ -91,7 +93,22 @@ class Executor:
                 self.kube.delete(action.kind, namespace, action.name)
                 outcome.deleted.append((action.kind, action.name))
                 fault_point(f"after-delete:{action.kind}")
+            elif isinstance(action, LookUp):
+                outcome.lookups.extend(self._look_up(namespace, action.refs))
         return outcome
+
+    def _look_up(self, namespace: str, refs: Iterable[ObjectRef]) -> list[Lookup]:
+        """Whether each object exists: a GET by name. A 403 (an older chart's RBAC) or any
+        other failure leaves it unknown (never reported missing, never blocking)."""
+        found = []
+        for ref in refs:
+            try:
+                exists: bool | None = self.kube.get(ref.kind, namespace, ref.name) is not None
+            except KubeError as error:
+                log.debug("could not look up %s %s: %s", ref.kind, ref.name, error)
+                exists = None
+            found.append(Lookup(ref, exists))
+        return found
 
     def _adopt(self, kind: str, namespace: str, name: str, run_uid: str) -> dict[str, Any]:
         """The existing object of that name, if it is this run's; else a KubeError."""
@@ -111,6 +128,16 @@ class Executor:
         return body
 
     def _create(self, namespace: str, run_uid: str, action: CreateChild, outcome: Outcome) -> bool:
+        if action.requires:
+            lookups = self._look_up(namespace, action.requires)
+            outcome.lookups.extend(lookups)
+            missing = tuple(lookup.ref for lookup in lookups if lookup.exists is False)
+            if missing:
+                names = ", ".join(f"{ref.kind} {ref.name}" for ref in missing)
+                outcome.failures.append(
+                    CreateFailure(action.kind, action.name, f"missing {names}", missing=missing)
+                )
+                return False
         try:
             try:
                 body = self.kube.create(action.manifest)

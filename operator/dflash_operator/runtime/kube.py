@@ -37,7 +37,11 @@ class Resource:
 
     def path(self, namespace: str, name: str | None = None, sub: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        path = (
+            f"{base}/namespaces/{namespace}/{self.plural}"
+            if self.namespaced
+            else (f"{base}/{self.plural}")
+        )
         if name:
             path += f"/{name}"
         if sub:
@@ -56,6 +60,9 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Workload": Resource("kueue.x-k8s.io", "v1beta2", "workloads"),
+    # Objects a run names (plan/references.py): looked up by name, never listed or watched.
+    "LocalQueue": Resource("kueue.x-k8s.io", "v1beta2", "localqueues"),
+    "PriorityClass": Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases"),
 }
 

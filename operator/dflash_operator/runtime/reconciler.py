@@ -116,6 +116,7 @@ class Reconciler:
             inputs.observed.with_children(outcome.children)
             .with_deleting(outcome.deleted)
             .with_failures(outcome.failures)
+            .with_lookups(outcome.lookups)
         )
         final = plan(replace(inputs, observed=observed))
         retry = any(not f.permanent for f in outcome.failures)

@@ -25,6 +25,9 @@ OPERATOR_RIGHTS = {
     "pytorchjobs.kubeflow.org": {"get", "list", "watch", "create", "patch", "delete"},
     "pods": {"list", "watch"},
     "workloads.kueue.x-k8s.io": {"list", "patch"},
+    # Objects a run names, looked up by name before its child is created (plan/references.py).
+    "localqueues.kueue.x-k8s.io": {"get"},
+    "priorityclasses.scheduling.k8s.io": {"get"},
     "configmaps": {"get", "list", "watch", "create", "update"},
     "serviceaccounts": {"get", "create"},
     "roles.rbac.authorization.k8s.io": {"get", "create"},
@@ -40,6 +43,7 @@ OPERATOR_RIGHTS = {
 DISCOVERY_RIGHTS = {
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
     "namespaces": {"list", "watch"},
+    "priorityclasses.scheduling.k8s.io": {"get"},
 }
 
 
@@ -75,6 +79,8 @@ REFUSED = [
     ("create", "customresourcedefinitions.apiextensions.k8s.io"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("delete", "customresourcedefinitions.apiextensions.k8s.io"), ("delete", "namespaces"),
+    ("list", "priorityclasses.scheduling.k8s.io"), ("create", "priorityclasses.scheduling.k8s.io"),
+    ("list", "localqueues.kueue.x-k8s.io"), ("create", "localqueues.kueue.x-k8s.io"),
     ("*", "*"),
 ]  # fmt: skip
 

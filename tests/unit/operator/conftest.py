@@ -20,6 +20,7 @@ from dflash_operator.plan.actions import (
     ApplyConfig,
     CreateChild,
     DeleteChild,
+    LookUp,
     Plan,
     SetDeadline,
     SetSuspend,
@@ -29,6 +30,7 @@ from dflash_operator.plan.observed import (
     ChildView,
     CreateFailure,
     Finished,
+    Lookup,
     Observed,
     PodView,
     Termination,
@@ -156,6 +158,12 @@ class Sim:
         # Kinds the API server does not serve (their CRD is missing): creating one fails 404.
         self.missing_kinds: set[str] = set()
         self.failures: list[CreateFailure] = []
+        # Objects a run names that do not exist, (kind, name): the executor's lookups find
+        # them absent; and Kueue makes no Workload while `kueue_blocked` (what a missing
+        # PriorityClass does to it).
+        self.absent: set[tuple[str, str]] = set()
+        self.lookups: list[Lookup] = []
+        self.kueue_blocked = False
 
     # --- the world ---------------------------------------------------------------------------
     def observed(self) -> Observed:
@@ -170,6 +178,8 @@ class Sim:
         quota allows; stop the children of deactivated ones."""
         for key, child in list(self.children.items()):
             if not child.queue or child.finished.done:
+                continue
+            if self.kueue_blocked and child.uid not in self.workloads:
                 continue
             workload = self.workloads.setdefault(
                 child.uid, WorkloadView(name=f"job-{child.name}-abcde", job_uid=child.uid)
@@ -191,9 +201,25 @@ class Sim:
                 return view
         raise KeyError(name)
 
+    def _look_up(self, refs: tuple[Any, ...]) -> list[Lookup]:
+        found = [Lookup(ref, (ref.kind, ref.name) not in self.absent) for ref in refs]
+        self.lookups.extend(found)
+        return found
+
     def _apply(self, actions: tuple[Any, ...]) -> None:
         self.failures = []
+        self.lookups = []
         for action in actions:
+            if isinstance(action, LookUp):
+                self._look_up(action.refs)
+                continue
+            if isinstance(action, CreateChild) and action.requires:
+                missing = tuple(lk.ref for lk in self._look_up(action.requires) if not lk.exists)
+                if missing:
+                    self.failures.append(
+                        CreateFailure(action.kind, action.name, "missing", missing=missing)
+                    )
+                    break
             if isinstance(action, CreateChild) and action.kind in self.missing_kinds:
                 message = "the server could not find the requested resource"
                 self.failures.append(
@@ -252,7 +278,7 @@ class Sim:
         if first.actions:
             self._apply(first.actions)
             self.kueue()
-            observed = self.observed().with_failures(self.failures)
+            observed = self.observed().with_failures(self.failures).with_lookups(self.lookups)
             final = plan(replace(inputs, observed=observed))
         trainer = {
             k: v

@@ -116,3 +116,76 @@ def test_a_key_scheduled_again_and_again_is_scheduled_once_at_its_earliest_time(
     assert queue.get(0.2) is None  # the superseded 0.3 entry adds nothing
     queue.add_after("ns/a", 0.01)
     assert queue.get(0.5) == "ns/a"
+
+
+class _LookupKube:
+    """Answers GETs by name: present, absent (None) or forbidden (403); records creations."""
+
+    def __init__(self, present: set[tuple[str, str]], forbidden: set[str]) -> None:
+        self.present, self.forbidden = present, forbidden
+        self.created: list[str] = []
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, object] | None:
+        from dflash_operator.runtime.kube import KubeError
+
+        if kind in self.forbidden:
+            raise KubeError(403, "Forbidden", f"cannot get {kind}")
+        return {"kind": kind} if (kind, name) in self.present else None
+
+    def create(self, manifest: dict[str, object]) -> dict[str, object]:
+        self.created.append(str(manifest["kind"]))
+        return {**manifest, "metadata": {**manifest["metadata"], "uid": "u1"}}  # type: ignore[dict-item]
+
+
+def test_a_child_whose_named_objects_are_missing_is_not_created_and_unknown_ones_never_block() -> (
+    None
+):
+    from dflash_operator.plan.actions import CreateChild, LookUp
+    from dflash_operator.plan.observed import ObjectRef
+    from dflash_operator.runtime.executor import Executor
+
+    priority = ObjectRef("PriorityClass", "ml-batch", "spec.priorityClassName")
+    queue = ObjectRef("LocalQueue", "team-a", "spec.queueName")
+    account = ObjectRef("ServiceAccount", "s3-reader", "spec.serviceAccountName")
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "r1-regen", "namespace": "ml"},
+    }
+    kube = _LookupKube(present={("ServiceAccount", "s3-reader")}, forbidden={"LocalQueue"})
+    executor = Executor(kube)  # type: ignore[arg-type]
+
+    outcome = executor.run(
+        "ml", "uid", [CreateChild(manifest, requires=(priority, queue, account))]
+    )
+    assert kube.created == []
+    (failure,) = outcome.failures
+    assert failure.missing == (priority,) and not failure.permanent
+    assert {(lk.ref.kind, lk.exists) for lk in outcome.lookups} == {
+        ("PriorityClass", False),
+        ("LocalQueue", None),
+        ("ServiceAccount", True),
+    }
+
+    kube.present.add(("PriorityClass", "ml-batch"))  # created meanwhile
+    outcome = executor.run(
+        "ml", "uid", [CreateChild(manifest, requires=(priority, queue, account))]
+    )
+    assert kube.created == ["Job"] and not outcome.failures
+
+    outcome = executor.run("ml", "uid", [LookUp((queue, account))])
+    assert [(lk.ref.kind, lk.exists) for lk in outcome.lookups] == [
+        ("LocalQueue", None),
+        ("ServiceAccount", True),
+    ]
+
+
+def test_a_cluster_scoped_kind_has_no_namespace_in_its_path() -> None:
+    from dflash_operator.runtime.kube import RESOURCES
+
+    assert (
+        RESOURCES["PriorityClass"].path("ml", "x") == "/apis/scheduling.k8s.io/v1/priorityclasses/x"
+    )
+    assert RESOURCES["LocalQueue"].path("ml", "q") == (
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/localqueues/q"
+    )

@@ -50,16 +50,43 @@ def parse(path: Path) -> list[Instruction]:
     return out
 
 
-def stages(path: Path) -> list[Stage]:
-    result: list[Stage] = []
+def base_args(path: Path) -> dict[str, str]:
+    """`ARG NAME=default` before the first FROM: the build arguments FROM lines may use."""
+    found = {}
     for instruction in parse(path):
         if instruction.keyword == "FROM":
+            break
+        if instruction.keyword == "ARG" and "=" in instruction.arguments:
+            name, _, value = instruction.arguments.partition("=")
+            found[name.strip()] = value.strip()
+    return found
+
+
+def stages(path: Path) -> list[Stage]:
+    """Stages with their base, `${ARG}` replaced by the argument's default."""
+    args = base_args(path)
+    result: list[Stage] = []
+    started = False
+    for instruction in parse(path):
+        if instruction.keyword == "FROM":
+            started = True
             words = instruction.arguments.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
-            result.append(Stage(base=words[0], name=name))
-        else:
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], words[0])
+            result.append(Stage(base=base, name=name))
+        elif started:
             result[-1].instructions.append(instruction)
     return result
+
+
+def mounts(path: Path) -> list[dict[str, str]]:
+    """Every `RUN --mount=...` as its options."""
+    found = []
+    for instruction in parse(path):
+        if instruction.keyword == "RUN":
+            for mount in re.findall(r"--mount=(\S+)", instruction.arguments):
+                found.append(dict(item.split("=", 1) for item in mount.split(",")))
+    return found
 
 
 def run_commands(path: Path) -> list[list[str]]:
@@ -70,7 +97,10 @@ def run_commands(path: Path) -> list[list[str]]:
             continue
         for part in instruction.arguments.split("&&"):
             argv = [word for word in shlex.split(part) if not word.startswith("--mount=")]
-            if argv:
+            while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # VAR=value cmd ...
+                argv = argv[1:]
+            # The proxy-CA preamble (`if [ -s ... ]; then export ...; fi`) is not a command.
+            if argv and argv[0] != "if":
                 commands.append(argv)
     return commands
 

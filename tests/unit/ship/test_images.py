@@ -78,8 +78,16 @@ def planned_installs(argv: list[str], venv: Path) -> dict[str, str]:
     return planned
 
 
+def is_uv(argv: list[str]) -> bool:
+    return bool(argv) and Path(argv[0]).name == "uv"
+
+
 def uv_commands(image: str, verb: str) -> list[list[str]]:
-    return [argv for argv in df.run_commands(df.dockerfile(image)) if argv[:2] == ["uv", verb]]
+    return [
+        ["uv", *argv[1:]]
+        for argv in df.run_commands(df.dockerfile(image))
+        if is_uv(argv) and argv[1:2] == [verb]
+    ]
 
 
 @pytest.mark.parametrize("image", df.IMAGES)
@@ -135,6 +143,8 @@ def test_the_image_is_multi_stage_and_ends_as_a_non_root_user(image: str) -> Non
 @pytest.mark.parametrize("image", df.IMAGES)
 def test_python_packages_are_installed_only_from_the_lock(image: str) -> None:
     for argv in df.run_commands(df.dockerfile(image)):
+        if is_uv(argv):
+            argv = ["uv", *argv[1:]]
         text = " ".join(argv)
         if (
             argv[0] in {"pip", "pip3", "conda", "mamba"}
@@ -203,7 +213,9 @@ def test_the_regen_image_installs_its_checked_in_resolution_with_hashes() -> Non
         assert version, f"{line}: not pinned"
         assert "--hash=sha256:" in line, f"{line}: no hash"
         pinned[canonicalize_name(name)] = version
-    vllm = re.search(r"^FROM vllm/vllm-openai:v(\S+)", df.dockerfile("regen").read_text(), re.M)
+    vllm = re.search(
+        r"^vllm/vllm-openai:v(\S+)$", df.base_args(df.dockerfile("regen"))["VLLM_BASE"]
+    )
     assert vllm and pinned["vllm"] == vllm.group(1)
     moved = {n for n, v in pinned.items() if n in LOCKED and v not in LOCKED[n]}
     assert "torch" in moved  # vLLM's torch, and with it its CUDA wheels
@@ -216,7 +228,7 @@ def test_the_regen_image_installs_its_checked_in_resolution_with_hashes() -> Non
     installs = [
         argv
         for argv in df.run_commands(df.dockerfile("regen"))
-        if argv[:3] == ["uv", "pip", "install"]
+        if is_uv(argv) and argv[1:3] == ["pip", "install"]
     ]
     from_file = [argv for argv in installs if "-r" in argv]
     assert [Path(argv[argv.index("-r") + 1]).name for argv in from_file] == [requirements.name]
@@ -230,6 +242,9 @@ def test_the_python_of_each_image_satisfies_the_locks_requires_python() -> None:
         text = df.dockerfile(image).read_text()
         found += re.findall(r"python:(\d+\.\d+\.\d+)", text)
         found += re.findall(r"uv python install (\d+\.\d+\.\d+)", text)
+        # The trainer's Python is its base distribution's python3: Ubuntu 24.04's 3.12.
+        if "ubuntu24.04" in text and "python3 python3-dev" in text:
+            found.append("3.12.3")
     assert found
     for version in found:
         assert version in allowed, f"Python {version} is outside uv.lock's {allowed}"
@@ -268,6 +283,101 @@ def test_dockerignore_lets_in_every_file_the_dockerfiles_read() -> None:
 )
 def test_dockerignore_keeps_secrets_caches_and_dev_files_out_of_the_build(path: str) -> None:
     assert df.DockerIgnore.load(ROOT / ".dockerignore").is_excluded(path)
+
+
+# ---------------------------------------------------------------- the four defects of issue 25
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_every_run_mount_target_is_an_absolute_path(image: str) -> None:
+    """Podman and Buildah refuse a relative `target=` ("invalid container path"); BuildKit
+    takes it relative to WORKDIR. Absolute paths build on all three."""
+    for mount in df.mounts(df.dockerfile(image)):
+        target = mount.get("target") or mount.get("dst") or mount.get("destination", "")
+        assert target.startswith("/"), f"{image}: --mount target={target!r} is not absolute"
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_nothing_is_downloaded_from_github_at_build_time(image: str) -> None:
+    """No `uv python install` (python-build-standalone comes from GitHub), no Python download
+    left to uv, no GitHub URL: builders that reach only package registries build the image."""
+    path = df.dockerfile(image)
+    text = path.read_text().lower()
+    assert "python install" not in text, f"{image}: uv python install downloads from GitHub"
+    assert "github.com/" not in text.replace("https://github.com/dflash-dev/dflash-operator", "")
+    for stage in df.stages(path):
+        runs_uv = any(
+            "uv sync" in i.arguments or "uv pip" in i.arguments or "uv build" in i.arguments
+            for i in stage.instructions
+            if i.keyword == "RUN"
+        )
+        if runs_uv and stage.name != "uv":
+            text = " ".join(i.arguments for i in stage.instructions)
+            said = "UV_PYTHON_DOWNLOADS=never" in text or "--python python3" in text
+            assert said, f"{image}: a stage runs uv without UV_PYTHON_DOWNLOADS=never"
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_the_pinned_uv_is_called_by_the_absolute_path_it_is_mounted_at(image: str) -> None:
+    """A `uv` earlier on PATH (the vLLM image has one) must never be the one that runs: a
+    stray uv that does nothing would make the build install nothing and still succeed."""
+    path = df.dockerfile(image)
+    targets = {m["target"] for m in df.mounts(path) if m.get("from") == "uv"}
+    assert len(targets) == 1, f"{image}: mount the pinned uv at one path, found {targets}"
+    target = targets.pop()
+    assert target.startswith("/") and Path(target).name == "uv"
+    calls = [argv for argv in df.run_commands(path) if is_uv(argv)]
+    assert calls, f"{image}: no uv command"
+    for argv in calls:
+        assert argv[0] == target, f"{image}: `{' '.join(argv[:3])}` must call {target}"
+
+
+def console_scripts(image: str) -> set[str]:
+    """The console scripts of the packages the image installs."""
+    packages = {"operator": ["operator"], "trainer": ["trainer"], "regen": ["trainer"]}[image]
+    scripts: set[str] = set()
+    for package in packages:
+        project = tomllib.loads((ROOT / package / "pyproject.toml").read_text())["project"]
+        scripts |= set(project.get("scripts", {}))
+    return scripts
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_the_build_ends_by_running_every_console_script_with_help(image: str) -> None:
+    """So an empty or broken install fails the build, not a pod's start; and it runs as the
+    image's user, after USER."""
+    final = df.stages(df.dockerfile(image))[-1]
+    keywords = [i.keyword for i in final.instructions]
+    runs = [i for i in final.instructions if i.keyword == "RUN"]
+    assert runs, f"{image}: the final stage runs nothing"
+    last = runs[-1]
+    assert keywords.index("USER") < final.instructions.index(last), "check as the image's user"
+    for script in console_scripts(image):
+        assert f"{script} --help" in last.arguments, (
+            f"{image}: the build never runs {script} --help"
+        )
+
+
+@pytest.mark.parametrize("image", df.IMAGES)
+def test_bases_are_build_arguments_defaulting_to_the_upstream_images_with_a_stand_in_each(
+    image: str,
+) -> None:
+    args = df.base_args(df.dockerfile(image))
+    upstream = {
+        "UV_IMAGE": "ghcr.io/astral-sh/uv:", "PYTHON_BASE": "python:",
+        "CUDA_BASE": "nvidia/cuda:", "VLLM_BASE": "vllm/vllm-openai:",
+    }  # fmt: skip
+    assert args and set(args) <= set(upstream), args
+    for name, value in args.items():
+        assert value.startswith(upstream[name]), f"{name}={value}: not the upstream image"
+    stand_ins = {
+        "UV_IMAGE": "uv",
+        "PYTHON_BASE": "python",
+        "CUDA_BASE": "cuda",
+        "VLLM_BASE": "vllm",
+    }
+    for name in args:
+        assert (ROOT / "images" / "base" / stand_ins[name] / "Dockerfile").is_file()
+    for stage in df.stages(df.dockerfile(image)):
+        assert "$" not in stage.base, stage.base
 
 
 def test_make_images_without_a_container_engine_says_so_and_fails() -> None:

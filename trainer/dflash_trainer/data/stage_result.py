@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dflash_trainer.messages import shorten
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -28,7 +30,7 @@ def build_termination_message(payload: dict[str, Any]) -> str:
     """Compact JSON that fits in 4 KB: long texts are cut, then list entries dropped from the end."""
     out = json.loads(json.dumps(payload))
     if isinstance(out.get("message"), str):
-        out["message"] = out["message"][:MAX_TEXT_CHARS]
+        out["message"] = shorten(out["message"], MAX_TEXT_CHARS)
     violations = out.get("violations")
     if isinstance(violations, list):
         for v in violations:

@@ -11,6 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from dflash_trainer.messages import shorten
+
 log = logging.getLogger(__name__)
 
 # Kubernetes keeps at most 4096 bytes of a termination message; the contract caps `message`.
@@ -24,9 +26,7 @@ EXIT_BAD_INPUT = 2
 
 
 def build_stage_result(stage: str, ok: bool, message: str, **extra: Any) -> dict[str, Any]:
-    message = (
-        message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 3] + "..."
-    )
+    message = shorten(message, MAX_MESSAGE_CHARS)
     result: dict[str, Any] = {"stage": stage, "ok": ok, "message": message}
     result.update(extra)
     encoded = json.dumps(result)

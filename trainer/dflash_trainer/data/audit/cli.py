@@ -56,6 +56,7 @@ from dflash_trainer.data.stage_result import (
 )
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri, read_json, store_for
+from dflash_trainer.version import trainer_version
 
 GATES = ("prompts", "completions", "tokens")
 TOKENS_BATCH_ROWS = 16384
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dflash-audit",
         description="Audit a DFlash dataset: prompts, regenerated completions or tokenized data.",
     )
+    p.add_argument("--version", action="version", version=f"dflash-audit {trainer_version()}")
     p.add_argument(
         "path", nargs="?", help="dataset file/folder/s3 prefix, or sources.yaml (prompts)"
     )
