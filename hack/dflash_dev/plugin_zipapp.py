@@ -48,7 +48,7 @@ PLATFORMS = {
 }
 PYTHONS = ("3.11", "3.12", "3.13", "3.14")
 # Only the plugin's part of the operator package (the API models and the CLI).
-OPERATOR_PARTS = ("__init__.py", "api", "cli")
+OPERATOR_PARTS = ("__init__.py", "version.py", "api", "cli")
 SHEBANG = b"#!/usr/bin/env python3\n"
 # Zip entries get one fixed time (the zip format's earliest) so builds are reproducible.
 FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -122,6 +122,12 @@ def _copy_operator(site: Path) -> None:
         else:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)
+    # The distribution's metadata, so that `kubectl dflash --version` reads the real version
+    # (dflash_operator/version.py asks importlib.metadata, which finds it on the site path).
+    release = (REPO_ROOT / "VERSION").read_text().strip()
+    metadata = site / f"dflash_operator-{release}.dist-info" / "METADATA"
+    metadata.parent.mkdir(parents=True, exist_ok=True)
+    metadata.write_text(f"Metadata-Version: 2.1\nName: dflash-operator\nVersion: {release}\n")
 
 
 def stage(work: Path, pythons: Iterable[str], platforms: Iterable[str]) -> list[str]:

@@ -84,6 +84,11 @@ def test_helm_upgrade_with_a_changed_pool_reaches_the_operator(release: Any) -> 
     harness.stop_operators()
     harness.pools = chart.held(release.pools())
     release.start_operator(harness)
+    # The pool's label names a Kueue LocalQueue; the operator waits until it exists.
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "upgraded", "namespace": harness.namespace},
+             "spec": {"clusterQueue": "chart-upgrade-none"}}  # fmt: skip
+    harness.cluster.kubectl("apply", "-f", "-", input=json.dumps(queue))
     harness.apply_run("late", spec)
 
     harness.wait_phase("late", "Regenerating")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from dflash_dev import binaries
+from dflash_dev.paths import REPO_ROOT
 from dflash_dev.plugin_zipapp import PLATFORMS, PYTHONS, Built, build
 
 VENV_BIN = Path(sys.executable).parent
@@ -76,11 +77,14 @@ def test_a_python_without_the_repos_packages_runs_help_and_a_real_command(
     where = ["--kubeconfig", str(plugin.cluster.kubeconfig), "-n", plugin.namespace]
 
     helped = run(python, "-I", "-S", str(built.zipapp), "--help", env=env)
+    versioned = run(python, "-I", "-S", str(built.zipapp), "--version", env=env)
     listed = run(python, "-I", "-S", str(built.zipapp), "list", *where, "-o", "name", env=env)
     status = run(python, "-I", "-S", str(built.zipapp), "status", "mid-training", *where, env=env)
 
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: kubectl dflash")
+    assert versioned.returncode == 0, versioned.stderr
+    assert (REPO_ROOT / "VERSION").read_text().strip() in versioned.stdout, versioned.stdout
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout == "dflashrun.dflash.dev/mid-training\n"
     assert status.returncode == 0, status.stderr
