@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from dflash_memplan.estimate import MONITOR_HEAD_CHUNK_ROWS
 from torch import nn
 
 from dflash_trainer.data.likelihood.rule import SamplingRule, token_stats
 from dflash_trainer.data.likelihood.types import RowScores, TokenizedRow
 
-# LM-head rows per chunk: 1,024 x a 152K vocabulary is 0.6 GB of float32 logits.
-HEAD_CHUNK_ROWS = 1024
+# LM-head rows per chunk: 1,024 x a 248K vocabulary is 1 GB of float32 logits. The memory plan
+# counts the in-training monitor's chunk with this same constant (docs/memory-plan.md).
+HEAD_CHUNK_ROWS = MONITOR_HEAD_CHUNK_ROWS
 # Tokens per forward (rows are padded to the longest of their batch, sorted by length first).
 BATCH_TOKENS = 8192
 
@@ -42,22 +44,30 @@ def score_positions(
     chunk_rows: int = HEAD_CHUNK_ROWS,
 ) -> PositionScores:
     """`hidden [n, H]` predicts `targets [n]`: the LM head on those rows only, in chunks."""
-    parts: list[tuple[torch.Tensor, ...]] = []
-    k = rule.logprobs
-    for start in range(0, hidden.shape[0], chunk_rows):
-        logits = lm_head(hidden[start : start + chunk_rows]).float()
-        target = targets[start : start + chunk_rows]
-        logprobs = torch.log_softmax(logits, dim=-1)
-        lp = logprobs.gather(1, target[:, None])[:, 0]
-        rank = (logits > logits.gather(1, target[:, None])).sum(dim=1)
-        top = logprobs.topk(min(k, logprobs.shape[1]), dim=1).values
-        gap, mu, var = token_stats(top, lp, rule, logits.shape[1])
-        parts.append((lp, rank, gap, mu, var))
+    parts = [
+        _score_chunk(hidden[at : at + chunk_rows], targets[at : at + chunk_rows], lm_head, rule)
+        for at in range(0, hidden.shape[0], chunk_rows)
+    ]
     if not parts:
         empty = hidden.new_zeros(0, dtype=torch.float32)
         return PositionScores(empty, empty.long(), empty, empty, empty)
     joined = [torch.cat(column) for column in zip(*parts, strict=True)]
     return PositionScores(*joined)
+
+
+def _score_chunk(
+    hidden: torch.Tensor, target: torch.Tensor, lm_head: nn.Module, rule: SamplingRule
+) -> tuple[torch.Tensor, ...]:
+    """One chunk's figures. A function of its own so that the chunk's [rows, V] tensors are
+    freed before the next chunk's logits exist: 9 B per logit at the peak (float32 logits,
+    their log-softmax, the rank's comparison), not 12-14 B with two chunks alive."""
+    logits = lm_head(hidden).float()  # bf16 logits are freed once copied
+    logprobs = torch.log_softmax(logits, dim=-1)
+    lp = logprobs.gather(1, target[:, None])[:, 0]
+    rank = (logits > logits.gather(1, target[:, None])).sum(dim=1)
+    top = logprobs.topk(min(rule.logprobs, logprobs.shape[1]), dim=1).values
+    gap, mu, var = token_stats(top, lp, rule, logits.shape[1])
+    return lp, rank, gap, mu, var
 
 
 def _batches(rows: list[TokenizedRow], budget: int) -> list[list[int]]:
