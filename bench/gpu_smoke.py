@@ -533,6 +533,52 @@ def loss_vocab(smoke: Smoke) -> dict[str, Any]:
             "plan_bytes_per_logit": LOSS_BYTES_PER_LOGIT, "backward_ms": round(seconds * 1e3, 2)}  # fmt: skip
 
 
+def monitor_vocab(smoke: Smoke) -> dict[str, Any]:
+    """The likelihood monitor's LM head at the Qwen3.5/3.6 vocabulary: `score_positions` on two
+    chunks of rows in the target's dtype, the bytes it holds per logit of one chunk (against
+    the plan's MONITOR_HEAD_BYTES_PER_LOGIT: one chunk's tensors at a time) and its time."""
+    import contextlib
+
+    import torch
+    from dflash_memplan.estimate import MONITOR_HEAD_BYTES_PER_LOGIT
+    from dflash_trainer.data.likelihood.hf_scorer import score_positions
+    from dflash_trainer.data.likelihood.rule import SamplingRule
+    from dflash_trainer.plan.meter import LiveTensorMeter
+
+    s = smoke.sizes
+    device = torch.device(s.device, 0) if s.device == "cuda" else torch.device("cpu")
+    dtype = torch.bfloat16 if s.device == "cuda" else torch.float32
+    hidden_size, rows, vocab = 1024, s.loss_rows, s.loss_vocab
+    torch.manual_seed(0)
+    head = torch.nn.Linear(hidden_size, vocab, bias=False, device=device, dtype=dtype)
+    hidden = torch.randn(2 * rows, hidden_size, device=device, dtype=dtype)
+    targets = torch.randint(0, vocab, (2 * rows,), device=device)
+    meter = LiveTensorMeter()
+    meter.track([head.weight, hidden, targets])  # counted before, so views of them are not new
+    with meter if s.device == "cpu" else contextlib.nullcontext():
+        if s.device == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        else:
+            before = meter.current_bytes
+            meter.reset_peak()
+        start = time.perf_counter()
+        scores = score_positions(hidden, targets, head, SamplingRule(), chunk_rows=rows)
+        if s.device == "cuda":
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            peak = meter.peak_bytes
+    seconds = time.perf_counter() - start
+    if scores.lp.shape[0] != 2 * rows:
+        raise StepError(f"score_positions scored {scores.lp.shape[0]} of {2 * rows} positions")
+    per_logit = (peak - before) / (rows * vocab)
+    return {"vocab": vocab, "rows": rows, "chunks": 2, "bytes_per_logit": round(per_logit, 2),
+            "plan_bytes_per_logit": MONITOR_HEAD_BYTES_PER_LOGIT,
+            "ms_per_chunk": round(seconds * 1e3 / 2, 2)}  # fmt: skip
+
+
 def export(smoke: Smoke) -> dict[str, Any]:
     import torch
     from dflash_trainer.model.export import drafter_config_from_export
@@ -600,6 +646,7 @@ def run_all(smoke: Smoke) -> None:
     smoke.run_step("train-qwen3_5", lambda: train_hybrid(smoke))
     smoke.run_step("flex-256", lambda: flex_256(smoke))
     smoke.run_step("loss-vocab", lambda: loss_vocab(smoke))
+    smoke.run_step("monitor-vocab", lambda: monitor_vocab(smoke))
     smoke.run_step("eval-builtin", lambda: evaluate(smoke, "builtin"))
     smoke.run_step("eval-vllm", lambda: evaluate(smoke, "vllm"))
 
@@ -627,6 +674,7 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
         "flex256_ms_sm12x_options": figure(smoke, "flex-256", "fwd_bwd_ms_sm12x_options"),
         "flex256_max_grad_diff": figure(smoke, "flex-256", "max_grad_diff_vs_sdpa"),
         "loss_bytes_per_logit": figure(smoke, "loss-vocab", "bytes_per_logit"),
+        "monitor_bytes_per_logit": figure(smoke, "monitor-vocab", "bytes_per_logit"),
         "acceptance_builtin": figure(smoke, "eval-builtin", "acceptance_length"),
         "acceptance_vllm_dflash": figure(smoke, "eval-vllm", "acceptance_length"),
     }

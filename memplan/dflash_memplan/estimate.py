@@ -6,7 +6,9 @@ AdamW's two float32 moments; on GPU it runs under bf16 autocast. DDP adds a floa
 bucket per parameter and autocast's bf16 weight copies; FSDP2 shards parameters, gradients
 and moments over the ranks and all-gathers bf16 layers one or two at a time. Activations are
 what autograd keeps for backward (model/drafter.py, model/block_attention.py), and the LM-head
-loss recomputes each chunk's logits in backward (train/loss.py). docs/memory-plan.md.
+loss recomputes each chunk's logits in backward (train/loss.py). On the likelihood monitor's
+steps the target runs to its last layer and its LM head scores the supervised tokens in chunks
+(train/likelihood_monitor.py). docs/memory-plan.md.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ NORM_SAVED_BYTES = 8
 # Measured at the dispatcher: 12.0 in float32, 12.1 under bf16 autocast
 # (tests/unit/trainer/test_memory_plan_measured.py; docs/memory-plan.md).
 LOSS_BYTES_PER_LOGIT = 12
+# The likelihood monitor's LM-head chunk (data/likelihood/hf_scorer.py uses this constant):
+# rows of supervised positions scored at once.
+MONITOR_HEAD_CHUNK_ROWS = 1024
+# Per logit of that chunk at its peak: the float32 logits, their log-softmax and the boolean
+# comparison that ranks the token (a bf16 head's own logits are freed by the float32 copy).
+# Measured at the dispatcher: 9.0 in float32 and in bf16, one chunk or many
+# (tests/unit/trainer/test_memory_plan_monitor.py; docs/memory-plan.md).
+MONITOR_HEAD_BYTES_PER_LOGIT = 9
 # Log-sum-exp per query and head that flash/flex attention keeps (float32).
 ATTENTION_LSE_BYTES = 4
 # The float32 attention mask CPU SDPA keeps per layer (dense kernel; validation only).
@@ -83,11 +93,19 @@ class RankSetup:
     reduce_bytes: int = 4
     # PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True (trainer pods get it by default).
     expandable_segments: bool = True
+    # The likelihood monitor scores every Nth step (spec.audit.likelihood.monitorEverySteps,
+    # train.yaml likelihood.every_steps; 0: off). The operator's default is on, every 10.
+    monitor_every_steps: int = 10
 
     @property
     def compute_bytes(self) -> int:
         """bf16 autocast on GPU; float32 on CPU (train/step.py `_autocast`)."""
         return 2 if self.device == "cuda" else 4
+
+    @property
+    def monitored(self) -> bool:
+        """Some steps run the likelihood monitor (how often does not change the peak)."""
+        return self.monitor_every_steps > 0
 
     @property
     def sharded(self) -> bool:
@@ -118,7 +136,8 @@ class Phase:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Persistent terms plus the largest phase: the backward's start, the recompute of the
-    last layer (activation checkpointing only) or the optimizer step."""
+    last layer (activation checkpointing only), the optimizer step or the likelihood
+    monitor's LM head (monitored steps only)."""
 
     target: TargetShape
     drafter: DrafterShape
@@ -246,6 +265,12 @@ def count_loss_chunk_rows(drafter: DrafterShape, setup: RankSetup) -> int:
     return min(setup.loss_chunk_tokens, scored)
 
 
+def count_monitor_rows(setup: RankSetup) -> int:
+    """Rows of the monitor's largest LM-head chunk: at most every predicted token of a
+    micro-batch is supervised (b x (S - 1))."""
+    return min(MONITOR_HEAD_CHUNK_ROWS, setup.batch_size * (setup.max_seq_len - 1))
+
+
 def estimate_rank_memory(
     target: TargetShape, drafter: DrafterShape, setup: RankSetup
 ) -> MemoryEstimate:
@@ -299,7 +324,8 @@ def estimate_rank_memory(
         f"{rows} rows x {drafter.vocab_size} vocab x {LOSS_BYTES_PER_LOGIT} B "
         "(float32 log-softmax, its gradient, the logits' gradient)",
     )
-    alive = _alive_through_backward(drafter, setup, params, grads)
+    accumulated = _accumulated_gradients(setup, params, grads)
+    alive = [*accumulated, *_weight_copies(drafter, setup, params)]
     phases = [Phase("backward", (activation_term, loss_term, *alive))]
     if setup.activation_checkpointing:
         recomputed = Term(
@@ -315,13 +341,67 @@ def estimate_rank_memory(
         )
         phases.append(Phase("layer recompute", (activation_term, recomputed, *alive, *filled)))
     phases.append(Phase("optimizer step", (grads, _optimizer_temporaries(drafter, setup, local))))
+    if setup.monitored:
+        phases.append(_monitor_phase(target, drafter, setup, accumulated))
     return MemoryEstimate(target, drafter, setup, tuple(persistent), tuple(phases))
 
 
-def _alive_through_backward(
-    drafter: DrafterShape, setup: RankSetup, params: int, grads: Term
-) -> list[Term]:
-    """Gradients of earlier micro-batches, and the weights' working copies."""
+def _monitor_phase(
+    target: TargetShape, drafter: DrafterShape, setup: RankSetup, accumulated: list[Term]
+) -> Phase:
+    """A monitored micro-batch's LM-head chunk (train/step.py calls the monitor between the
+    target forward and the drafter's): the target's final hidden states, their supervised
+    rows gathered for the head, the tapped features waiting for the drafter, and under
+    accumulation the earlier micro-batches' gradients and the last one's block embeddings
+    (still bound in the loop). No activation is alive, and autocast's weight copies and FSDP2's
+    unsharded layers are freed at the end of each micro-batch."""
+    tb, h, vocab = setup.target_bytes, target.hidden_size, target.vocab_size
+    tokens = setup.batch_size * setup.max_seq_len
+    supervised = setup.batch_size * (setup.max_seq_len - 1)
+    rows = count_monitor_rows(setup)
+    dtype = {2: "bf16", 4: "float32"}.get(tb, f"{tb} B")
+    terms = [
+        Term(
+            "monitor LM-head chunk",
+            rows * vocab * MONITOR_HEAD_BYTES_PER_LOGIT,
+            f"{rows} rows x {vocab} vocab x {MONITOR_HEAD_BYTES_PER_LOGIT} B (float32 logits, "
+            "their log-softmax, the rank's comparison)",
+        ),
+        Term(
+            "target final hidden states",
+            tokens * h * tb,
+            f"batch {setup.batch_size} x {setup.max_seq_len} tokens x {h} in {dtype} (monitored "
+            "steps run the target to its last layer)",
+        ),
+        Term(
+            "monitored positions",
+            supervised * h * tb,
+            f"the final hidden states of up to {supervised} supervised positions, gathered for "
+            "the LM head",
+        ),
+        Term(
+            "tapped features",
+            drafter.num_taps * tokens * h * tb,
+            f"{drafter.num_taps} taps x batch {setup.batch_size} x {setup.max_seq_len} tokens, "
+            "kept for the drafter's forward",
+        ),
+    ]
+    if setup.grad_accum > 1:
+        slots = count_query_slots(drafter, setup)
+        terms += [
+            *accumulated,
+            Term(
+                "previous block embeddings",
+                setup.batch_size * slots * h * tb,
+                f"the earlier micro-batch's {setup.batch_size} x {slots} draft slots, "
+                "rebound after the monitor",
+            ),
+        ]
+    return Phase("likelihood monitor", tuple(terms))
+
+
+def _accumulated_gradients(setup: RankSetup, params: int, grads: Term) -> list[Term]:
+    """Gradients of earlier micro-batches (gradient accumulation only)."""
     terms = []
     if setup.grad_accum > 1 and setup.sharded:
         # set_requires_gradient_sync(False): no reduce-scatter until the last micro-batch, so
@@ -337,6 +417,13 @@ def _alive_through_backward(
         )
     elif setup.grad_accum > 1:
         terms.append(replace(grads, detail=grads.detail + ", kept across micro-batches"))
+    return terms
+
+
+def _weight_copies(drafter: DrafterShape, setup: RankSetup, params: int) -> list[Term]:
+    """The weights' working copies while the drafter computes: FSDP2's gathered layers, or
+    autocast's bf16 copies (one GPU, DDP)."""
+    terms = []
     if setup.sharded:
         gathered = (
             2 * (FSDP_GATHERED_LAYERS * drafter.layer_params() + drafter.root_params())

@@ -16,7 +16,7 @@ from dflash_memplan.shapes import DrafterShape, TargetShape
 
 Knob = Literal[
     "batch_size", "anchors_per_sequence", "activation_checkpointing", "loss_chunk_tokens",
-    "strategy", "max_seq_len", "world_size",
+    "strategy", "max_seq_len", "world_size", "monitor_every_steps",
 ]  # fmt: skip
 # The DFlashRun spec field behind each knob a fix may change, shared by the operator's
 # admission message and `python -m dflash_trainer.plan` on a DFlashRun. The loss chunk is not
@@ -28,6 +28,7 @@ SPEC_FIELDS: dict[Knob, str] = {
     "strategy": "spec.training.strategy",
     "max_seq_len": "spec.tokenization.maxSeqLen",
     "world_size": "GPUs in all (spec.training.nodes x gpusPerNode)",
+    "monitor_every_steps": "spec.audit.likelihood.monitorEverySteps",
 }
 # Sequence lengths are tried in steps of 256 tokens, never below 512.
 SEQ_LEN_STEP = 256
@@ -96,6 +97,11 @@ def find_fixes(
             fixes.append(Fix("max_seq_len", seq, total))
             break
         seq -= SEQ_LEN_STEP
+    # Last: turning the likelihood monitor off gives up the in-training data check.
+    if setup.monitored:
+        total = _fits(target, drafter, replace(setup, monitor_every_steps=0), capacity)
+        if total >= 0:
+            fixes.append(Fix("monitor_every_steps", 0, total))
     return fixes
 
 

@@ -33,6 +33,7 @@ def format_estimate(
     lines += [_line(term) for term in estimate.persistent]
     lines.append(f"  at the peak ({estimate.peak_phase}):")
     lines += [_line(term) for term in estimate.peak_terms]
+    lines.append(_other_phases(estimate))
     lines.append(_line(estimate.workspace))
     lines.append(f"  {'total':<{NAME_WIDTH}} {gib(estimate.total_bytes):>12}")
     if capacity is not None:
@@ -45,6 +46,14 @@ def format_estimate(
         source = f" ({capacity_source})" if capacity_source else ""
         lines.append(f"  {'GPU memory':<{NAME_WIDTH}} {gib(capacity):>12}  {verdict}{source}")
     return lines
+
+
+def _other_phases(estimate: MemoryEstimate) -> str:
+    """The moments that are not the peak, each as its terms' sum on top of the persistent
+    ones: how far each is from becoming the peak (the likelihood monitor's LM head, say)."""
+    others = [phase for phase in estimate.phases if phase.name != estimate.peak_phase]
+    shown = ", ".join(f"{phase.name} {gib(sum(t.bytes for t in phase.terms))}" for phase in others)
+    return f"  other phases (not the peak): {shown}"
 
 
 def _shown(value: object) -> str:

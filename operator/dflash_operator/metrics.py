@@ -97,6 +97,52 @@ def register_run_gpu_hours(hours: Callable[[], Mapping[str, float]]) -> None:
     REGISTRY.register(_gpu_collector)
 
 
+# (source, scored rows, off-distribution rate) of each run's training monitor.
+SourceFigures = tuple[tuple[str, int, float], ...]
+
+
+class TrainingLikelihoodCollector(Collector):
+    """`dflash_training_off_distribution_rate{namespace,run,source}` and
+    `dflash_training_scored_rows{...}`: the training likelihood monitor's figures
+    (status.training.likelihood.sources), at scrape."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, SourceFigures]]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "run", "source"]
+        rate = GaugeMetricFamily(
+            "dflash_training_off_distribution_rate",
+            "Share of the rows scored during training that the target would not have "
+            "generated, per source (spec.audit.likelihood.maxOffDistributionRate bounds it).",
+            labels=labels,
+        )
+        rows = GaugeMetricFamily(
+            "dflash_training_scored_rows",
+            "Rows the training likelihood monitor scored so far, per source.",
+            labels=labels,
+        )
+        for key, sources in sorted(self._figures().items()):
+            namespace, _, name = key.partition("/")
+            for source, scored, off_rate in sources:
+                rate.add_metric([namespace, name, source], off_rate)
+                rows.add_metric([namespace, name, source], scored)
+        yield rate
+        yield rows
+
+
+_likelihood_collector: TrainingLikelihoodCollector | None = None
+
+
+def register_training_likelihood(figures: Callable[[], Mapping[str, SourceFigures]]) -> None:
+    """Export each run's training-monitor figures from `figures()` (run key -> per source)."""
+    global _likelihood_collector  # one collector per process
+    if _likelihood_collector is not None:
+        REGISTRY.unregister(_likelihood_collector)
+    _likelihood_collector = TrainingLikelihoodCollector(figures)
+    REGISTRY.register(_likelihood_collector)
+
+
 def serve(port: int, address: str) -> None:
     """Serve /metrics in a background thread (0 disables it)."""
     if port:

@@ -34,7 +34,8 @@ def test_an_87_percent_stub_source_stops_at_the_canary_then_at_the_completions_g
     harness: DemoHarness,
 ) -> None:
     harness.start_operator()
-    files = assets.build_broken_sources(PER_SOURCE)
+    own = assets.ensure_own_answers(harness.target, assets.magicoder_prompts(PER_SOURCE))
+    files = assets.build_broken_sources(PER_SOURCE, own_answers=own)
     canary = {"canary": {"samplesPerSource": CANARY}}
     harness.apply(harness.build_run("broken", files, PER_SOURCE, regeneration=canary))
 

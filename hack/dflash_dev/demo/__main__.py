@@ -36,9 +36,14 @@ def _prepare_assets(
     ):
         target = assets.ensure_tiny_target()
     client = env.s3.client()
-    files = (assets.build_broken_sources if broken else assets.build_prompt_sources)(
-        SAMPLES_PER_SOURCE
-    )
+    if broken:
+        # The healthy imported source is the target's own answers (made once, cached): the
+        # canary's likelihood check judges it the target's, and openorca not.
+        with console.status("the target's own answers for magicoder (once, cached)"):
+            own = assets.ensure_own_answers(target, assets.magicoder_prompts(SAMPLES_PER_SOURCE))
+        files = assets.build_broken_sources(SAMPLES_PER_SOURCE, own_answers=own)
+    else:
+        files = assets.build_prompt_sources(SAMPLES_PER_SOURCE)
     try:
         assets.ensure_bucket(client, manifest.EXAMPLE_BUCKET)
         size = assets.upload_folder(client, target, manifest.EXAMPLE_BUCKET, manifest.MODEL_KEY)

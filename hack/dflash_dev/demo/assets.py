@@ -104,21 +104,94 @@ def build_regenerated_rows(
     return rows
 
 
-def build_broken_sources(per_source: int, seed: int = 0) -> list[SourceFile]:
+def build_broken_sources(
+    per_source: int, seed: int = 0, own_answers: list[dict[str, Any]] | None = None
+) -> list[SourceFile]:
     """The incident replayed: `openorca` (regenerated elsewhere, 87% stubs), `magicoder`
-    (regenerated elsewhere, healthy) and `questions` (prompts the target answers itself);
-    distinct prompts throughout, so deduplication keeps every row."""
+    (regenerated elsewhere, healthy: `own_answers`, the target's own answers to its prompts
+    from an earlier regeneration, `ensure_own_answers`; without them, text of the tiny
+    corpus) and `questions` (prompts the target answers itself); distinct prompts throughout,
+    so deduplication keeps every row."""
     from dflash_trainer.tiny.prompts import build_conversations
 
     conversations = build_conversations(3 * per_source, seed)
     broken = build_regenerated_rows(conversations[:per_source], STUB_SHARE, seed)
-    healthy = build_regenerated_rows(conversations[per_source : 2 * per_source], 0.0, seed)
+    healthy = own_answers or build_regenerated_rows(
+        conversations[per_source : 2 * per_source], 0.0, seed
+    )
     prompts = [{"prompt": conv[0]["content"]} for conv in conversations[2 * per_source :]]
     return [
         SourceFile("openorca", "data/openorca-regenerated.jsonl", "regenerated", _jsonl(broken)),
         SourceFile("magicoder", "data/magicoder-regenerated.jsonl", "regenerated", _jsonl(healthy)),
         SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl(prompts)),
     ]
+
+
+def magicoder_prompts(per_source: int, seed: int = 0) -> list[str]:
+    """The prompts of the broken demo's healthy imported source (`build_broken_sources`)."""
+    from dflash_trainer.tiny.prompts import build_conversations
+
+    conversations = build_conversations(3 * per_source, seed)
+    return [conv[0]["content"] for conv in conversations[per_source : 2 * per_source]]
+
+
+# The demo's generation settings (examples/tiny-cpu.yaml): greedy, at most 160 new tokens.
+OWN_ANSWER_TOKENS = 160
+
+
+def ensure_own_answers(
+    target: Path, prompts: list[str], max_new_tokens: int = OWN_ANSWER_TOKENS
+) -> list[dict[str, Any]]:
+    """The target's own greedy answers to `prompts` as `regenerated`-format rows (the CPU
+    regeneration engine, as the demo's run generates them), built once and cached next to the
+    target: completions made elsewhere that the target would write itself."""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps([target.name, prompts, max_new_tokens]).encode()).hexdigest()[
+        :16
+    ]
+    cached = target.parent / f"{target.name}-answers-{key}.jsonl"
+    if cached.is_file():
+        return [json.loads(line) for line in cached.read_text().splitlines()]
+    work = target.parent / f"{cached.stem}.partial-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        rows = _generate_answers(target, prompts, max_new_tokens, work)
+        partial = work / "answers.jsonl"
+        partial.write_text(_jsonl(rows).decode())
+        partial.replace(cached)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def _generate_answers(
+    target: Path, prompts: list[str], max_new_tokens: int, work: Path
+) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    (work / "prompts.jsonl").write_text(_jsonl({"prompt": p} for p in prompts).decode())
+    (work / "sources.yaml").write_text(
+        f"- {{name: own, uri: {work / 'prompts.jsonl'}, format: prompt-only}}\n"
+    )
+    argv = [
+        str(venv_bin() / "python"), "-m", "dflash_trainer.data.regenerate",
+        "--run-root", str(work / "run"), "--sources", str(work / "sources.yaml"),
+        "--model", str(target), "--engine", "transformers", "--temperature", "0",
+        "--max-new-tokens", str(max_new_tokens), "--threads", "1", "--progress-seconds", "0",
+        "--termination-log", str(work / "result.json"),
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    if result.returncode != 0:
+        raise DevError(f"generating the target's own answers failed:\n{result.stderr[-2000:]}")
+    keep = ("prompt", "response", "reasoning", "output_token_ids", "num_output_tokens",
+            "finish_reason")  # fmt: skip
+    by_prompt = {}
+    for part in sorted((work / "run" / "regen").rglob("*.parquet")):
+        for row in pq.read_table(part).to_pylist():
+            by_prompt[json.loads(row["prompt"])[-1]["content"]] = {k: row[k] for k in keep}
+    return [by_prompt[p] for p in prompts if p in by_prompt]
 
 
 def build_sources_spec(

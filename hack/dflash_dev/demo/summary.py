@@ -100,6 +100,7 @@ def print_audit_failure(
         if report is not None:
             console.print("\nper source:")
             console.print(build_source_table(report))
+            print_likelihood(console, report)
             examples = report.get("examples") or {}
             for check in ("stub_rate", "empty_thinking_rate", *examples):
                 if examples.get(check):
@@ -113,6 +114,46 @@ def print_audit_failure(
         console.print(
             f"  kubectl dflash approve {name} -n {namespace} --gate {gate}    # {gate}@{generation}"
         )
+
+
+def build_likelihood_table(report: dict[str, Any]) -> Table | None:
+    """Per source: rows scored under the target, how many it would not have written, NLL."""
+    rows = [("ALL", report.get("overall") or {}), *(report.get("sources") or {}).items()]
+    figures = [(n, (e.get("details") or {}).get("likelihood")) for n, e in rows]
+    if not any(f for _, f in figures):
+        return None
+    table = Table(show_edge=False)
+    for column in ("source", "scored", "off-distribution", "mean NLL/token", "outside support"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for name, f in figures:
+        if f:
+            rate = f["offRows"] / f["scored"] if f["scored"] else 0.0
+            table.add_row(name, str(f["scored"]), f"{f['offRows']} ({rate:.0%})",
+                          f"{f['meanNll']:.3f}", f"{f['outsideShare']:.1%}")  # fmt: skip
+    return table
+
+
+def print_likelihood(console: Console, report: dict[str, Any]) -> None:
+    """The target-likelihood figures of a gate, and the least likely row of the source the
+    target is least likely to have written, its least likely tokens marked."""
+    info = report.get("likelihood") or {}
+    if info.get("skipped"):
+        console.print(f"\ntarget likelihood: skipped ({info['skipped']})")
+        return
+    table = build_likelihood_table(report)
+    if table is None:
+        return
+    console.print(f"\ntarget likelihood ({info.get('scorer')}, {info.get('sampling')}):")
+    console.print(table)
+    least = info.get("leastLikely") or {}
+    worst = [row for rows in least.values() for row in rows[:1] if row.get("offDistribution")]
+    if worst and worst[0].get("marked"):
+        row = worst[0]
+        console.print(
+            f"least likely row of {row['source']} ({row['nllPerToken']:.2f} nats/token, "
+            f"{row['outsideTokens']} of {row['tokens']} tokens the target would not write, ⟦marked⟧):"
+        )
+        console.print(f"  {row['marked'][:EXAMPLE_CHARS]!r}", highlight=False)
 
 
 def _rounded(value: Any) -> Any:

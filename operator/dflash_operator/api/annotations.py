@@ -31,10 +31,17 @@ class AnnotationError(ValueError):
 
 def parse_approvals(value: str) -> list[AuditApproval]:
     """Parse `completions@3,tokens@5`; raise AnnotationError naming the bad entry."""
-    gates = ", ".join(gate.value for gate in Gate)
+    gates = ", ".join(gate.value for gate in Gate if gate.approvable)
     approvals = []
     for entry in (part.strip() for part in value.split(",")):
         gate, sep, generation = entry.partition("@")
+        if gate == Gate.TRAINING.value:
+            raise AnnotationError(
+                f"{ANNOTATION_APPROVE_AUDIT}={value!r}: the training gate cannot be approved "
+                "(it stopped a training half-way); raise "
+                "spec.audit.likelihood.maxOffDistributionRate or set monitorEverySteps: 0, "
+                "then retry with dflash.dev/retry=train"
+            )
         if not sep or gate not in {g.value for g in Gate} or not generation.isdigit():
             raise AnnotationError(
                 f"{ANNOTATION_APPROVE_AUDIT}={value!r}: entry {entry!r} is not accepted; "

@@ -50,6 +50,8 @@ class Phase(StrEnum):
     CANARY = "Canary"
     AUDITING_CANARY = "AuditingCanary"
     REGENERATING = "Regenerating"
+    # Imported completions (regeneration off): copied into regen/, a sample scored by the target.
+    SCORING = "Scoring"
     AUDITING_COMPLETIONS = "AuditingCompletions"
     TOKENIZING = "Tokenizing"
     AUDITING_TOKENS = "AuditingTokens"
@@ -80,6 +82,10 @@ PHASE_MEANINGS: dict[Phase, str] = {
     ),
     Phase.AUDITING_CANARY: "The completions gate judges the canary's answers alone.",
     Phase.REGENERATING: "The target regenerates every answer (Indexed Job, one index per shard).",
+    Phase.SCORING: (
+        "Imported completions (regeneration.enabled false) are copied into the run and a "
+        "sample of every source is scored under the target (audit.likelihood)."
+    ),
     Phase.AUDITING_COMPLETIONS: "The completions gate checks the regenerated answers.",
     Phase.TOKENIZING: "Completions are chat-templated and tokenized.",
     Phase.AUDITING_TOKENS: "The tokens gate checks loss masks, anchors and truncation.",
@@ -102,6 +108,8 @@ class Stage(StrEnum):
     CANARY = "canary"
     AUDIT_CANARY = "audit-canary"
     REGEN = "regen"
+    # Imported completions: copied into regen/, and a sample of each source scored.
+    SCORE = "score"
     AUDIT_COMPLETIONS = "audit-completions"
     TOKENIZE = "tokenize"
     AUDIT_TOKENS = "audit-tokens"
@@ -115,12 +123,21 @@ class Stage(StrEnum):
 
 class Gate(StrEnum):
     """A data-audit gate; the same names as the trainer's `dflash-audit --gate`, plus the
-    canary: the completions gate on the canary's answers alone (`trainer_gate`)."""
+    canary: the completions gate on the canary's answers alone (`trainer_gate`), and
+    training: the likelihood monitor that judges the batches while the drafter trains."""
 
     PROMPTS = "prompts"
     CANARY = "canary"
     COMPLETIONS = "completions"
     TOKENS = "tokens"
+    TRAINING = "training"
+
+    @property
+    def approvable(self) -> bool:
+        """Whether `dflash.dev/approve-audit` can accept the gate's failure. The training
+        monitor cannot: it stopped a training half-way (raise the limit, or switch the
+        monitor off, then retry the train stage)."""
+        return self != Gate.TRAINING
 
     @property
     def trainer_gate(self) -> str:
@@ -142,6 +159,7 @@ class ConditionType(StrEnum):
     CANARY_REGENERATED = "CanaryRegenerated"
     CANARY_AUDITED = "CanaryAudited"
     REGENERATED = "Regenerated"
+    LIKELIHOOD_SCORED = "LikelihoodScored"
     COMPLETIONS_AUDITED = "CompletionsAudited"
     TOKENIZED = "Tokenized"
     TOKENS_AUDITED = "TokensAudited"
@@ -164,6 +182,10 @@ CONDITION_MEANINGS: dict[ConditionType, str] = {
     ConditionType.CANARY_REGENERATED: "The canary's answers are committed in S3.",
     ConditionType.CANARY_AUDITED: "The completions gate ran on the canary (see DataAuditPassed).",
     ConditionType.REGENERATED: "Every shard's completions are committed in S3.",
+    ConditionType.LIKELIHOOD_SCORED: (
+        "Only for imported completions (regeneration.enabled false): they are in the run's "
+        "regen/ and a sample of every source was scored under the target."
+    ),
     ConditionType.COMPLETIONS_AUDITED: "The completions gate ran (see DataAuditPassed).",
     ConditionType.TOKENIZED: "Tokenized data and its manifest are committed in S3.",
     ConditionType.TOKENS_AUDITED: "The tokens gate ran (see DataAuditPassed).",
@@ -223,6 +245,8 @@ class Reason(StrEnum):
     AUDIT_PASSED = "AuditPassed"
     AUDIT_FAILED = "AuditFailed"
     AUDIT_APPROVED = "AuditApproved"
+    # The training likelihood monitor stopped training (its gate: Gate.TRAINING).
+    TRAINING_AUDIT_FAILED = "TrainingAuditFailed"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     NOT_SUSPENDED = "NotSuspended"
@@ -287,6 +311,14 @@ _REASON_TEMPLATES: dict[Reason, str] = {
         "The {gate} audit failed: {violations}. Report: {report_uri}. Fix the data and retry "
         "(annotation " + ANNOTATION_RETRY + "), or accept the data as it is with: "
         "kubectl annotate dfr {run} " + ANNOTATION_APPROVE_AUDIT + "={gate}@{generation}"
+    ),
+    Reason.TRAINING_AUDIT_FAILED: (
+        "The training likelihood monitor stopped training at step {step}: {violations}. "
+        "Report: {report_uri}. Fix the source's data and retry from tokenization (annotation "
+        + ANNOTATION_RETRY
+        + "=tokenize), or raise spec.audit.likelihood.maxOffDistributionRate (or set "
+        "monitorEverySteps: 0) and retry training (" + ANNOTATION_RETRY + "=train); training "
+        "resumes from its last checkpoint"
     ),
     Reason.AUDIT_APPROVED: (
         "The {gate} audit failed but was accepted by annotation "
@@ -357,6 +389,7 @@ STAGE_CONDITIONS: dict[Stage, ConditionType] = {
     Stage.CANARY: ConditionType.CANARY_REGENERATED,
     Stage.AUDIT_CANARY: ConditionType.CANARY_AUDITED,
     Stage.REGEN: ConditionType.REGENERATED,
+    Stage.SCORE: ConditionType.LIKELIHOOD_SCORED,
     Stage.AUDIT_COMPLETIONS: ConditionType.COMPLETIONS_AUDITED,
     Stage.TOKENIZE: ConditionType.TOKENIZED,
     Stage.AUDIT_TOKENS: ConditionType.TOKENS_AUDITED,
@@ -368,6 +401,7 @@ STAGE_PHASES: dict[Stage, Phase] = {
     Stage.CANARY: Phase.CANARY,
     Stage.AUDIT_CANARY: Phase.AUDITING_CANARY,
     Stage.REGEN: Phase.REGENERATING,
+    Stage.SCORE: Phase.SCORING,
     Stage.AUDIT_COMPLETIONS: Phase.AUDITING_COMPLETIONS,
     Stage.TOKENIZE: Phase.TOKENIZING,
     Stage.AUDIT_TOKENS: Phase.AUDITING_TOKENS,

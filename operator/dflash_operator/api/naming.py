@@ -52,6 +52,7 @@ CHILD_SHAPES: dict[Stage, ChildShape] = {
     Stage.CANARY: ChildShape("Job", True, _JOB_POD),
     Stage.AUDIT_CANARY: ChildShape("Job", True, _JOB_POD),
     Stage.REGEN: ChildShape("Job", True, _INDEXED_JOB_POD),
+    Stage.SCORE: ChildShape("Job", True, _JOB_POD),
     Stage.AUDIT_COMPLETIONS: ChildShape("Job", True, _JOB_POD),
     # Tokenization may be sharded like regeneration: leave room for an index.
     Stage.TOKENIZE: ChildShape("Job", True, _INDEXED_JOB_POD),

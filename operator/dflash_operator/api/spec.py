@@ -39,6 +39,7 @@ from dflash_operator.api.spec_training import EvaluationSpec, TrainingSpec
 STAGE_SECTIONS: dict[Stage, str] = {
     Stage.CANARY: "regeneration",
     Stage.REGEN: "regeneration",
+    Stage.SCORE: "regeneration",
     Stage.AUDIT_CANARY: "audit",
     Stage.AUDIT_COMPLETIONS: "audit",
     Stage.AUDIT_TOKENS: "audit",

@@ -115,11 +115,89 @@ class TokensGate(ApiModel):
     )
 
 
-_GATE_GROUPS = ("prompts", "completions", "tokens")
+class LikelihoodGate(ApiModel):
+    """The target-likelihood check: would the target itself have generated the supervised
+    tokens, under regeneration's sampling settings and the training template? Scored by the
+    canary on its own sample, by the score stage on a sample of imported completions, and
+    during training on every monitorEverySteps-th batch (docs/audit-gates.md, section 8)."""
+
+    max_off_distribution_rate: float = _rate(
+        0.05,
+        "Most scored rows allowed that the target would not have generated under the "
+        "regeneration's sampling settings (off-distribution: tokens outside the sampler's "
+        "support, or an NLL far above the sampler's own draws).",
+    )
+    samples_per_source: int = Field(
+        default=64,
+        ge=0,
+        description=(
+            "Rows of each source scored under the target when the completions were imported "
+            "(regeneration disabled: the score stage), and by dflash-audit --model by "
+            "default; 0 disables that scoring. The canary scores every row it regenerated."
+        ),
+    )
+    top_k: int = Field(
+        default=20,
+        ge=1,
+        le=1024,
+        description=(
+            "k of the reported top-k share when the sampling has no top-k (greedy: 1; "
+            "else regeneration's top-k, 20)."
+        ),
+    )
+    engine_tolerance: float = Field(
+        default=0.5,
+        ge=0,
+        le=20,
+        description=(
+            "Nats: a token lies outside the sampler's support only when its log-probability "
+            "is more than this below the support's boundary (numerical differences between "
+            "the generating engine and the scorer, e.g. vLLM bf16 vs transformers)."
+        ),
+    )
+    nll_tolerance: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description=(
+            "Nats per token subtracted from a row's NLL excess before its z-score: a "
+            "systematic bias between engines is not taken for a wrong distribution."
+        ),
+    )
+    row_outside_share: float = _rate(
+        0.005,
+        "A row is off-distribution when more than this share of its supervised tokens lie "
+        "outside the sampler's support (a 200-token row: one token).",
+    )
+    row_z: float = Field(
+        default=4.0,
+        gt=0,
+        le=100,
+        description=(
+            "... or when its NLL exceeds the sampler's expectation by more than this many "
+            "standard deviations (healthy rows: z ~ N(0, 1))."
+        ),
+    )
+    monitor_every_steps: int = Field(
+        default=10,
+        ge=0,
+        description=(
+            "Training scores the supervised tokens of every Nth step's batch under the "
+            "target and stops the run (AuditFailed) when a source's off-distribution rate "
+            "crosses maxOffDistributionRate; 0 disables the monitor."
+        ),
+    )
+
+
+_GATE_GROUPS = ("prompts", "completions", "tokens", "likelihood")
 # Fields that tune how checks measure, not the bound of one check (the trainer's SETTINGS).
 SETTING_FIELDS = frozenset(
-    {"min_source_samples", "stub_tokens", "min_thinking_tokens", "loop_ngram_share"}
-)
+    {
+        "min_source_samples", "stub_tokens", "min_thinking_tokens", "loop_ngram_share",
+        "samples_per_source", "top_k", "engine_tolerance", "nll_tolerance",
+        "row_outside_share", "row_z", "monitor_every_steps",
+    }
+)  # fmt: skip
 # Checks that share another check's threshold.
 _ALSO_CHECKS = {"min_samples": " (per source, in the prompts gate: source_samples)"}
 
@@ -138,7 +216,7 @@ def _name_checks(model: type[ApiModel]) -> None:
     model.model_rebuild(force=True)
 
 
-for _gate_model in (PromptsGate, CompletionsGate, TokensGate):
+for _gate_model in (PromptsGate, CompletionsGate, TokensGate, LikelihoodGate):
     _name_checks(_gate_model)
 
 
@@ -239,6 +317,10 @@ class AuditSpec(ApiModel):
     prompts: PromptsGate = nested(PromptsGate, "Prompts gate thresholds.")
     completions: CompletionsGate = nested(CompletionsGate, "Completions gate thresholds.")
     tokens: TokensGate = nested(TokensGate, "Tokens gate thresholds.")
+    likelihood: LikelihoodGate = nested(
+        LikelihoodGate,
+        "The target-likelihood check (canary, imported completions, training monitor).",
+    )
     active_deadline_seconds: int | None = stage_deadline("each audit gate")
     resources: Resources | None = resources_field("audit pod")
     node_pool: NodePoolName | None = Field(
@@ -258,6 +340,7 @@ class AuditSpec(ApiModel):
                 "prompts",
                 "completions",
                 "tokens",
+                "likelihood",
                 "node_pool",
                 "active_deadline_seconds",
                 "resources",
@@ -268,6 +351,7 @@ class AuditSpec(ApiModel):
             **self.prompts.to_api(),
             **self.completions.to_api(),
             **self.tokens.to_api(),
+            **self.likelihood.to_api(),
             "expectThinking": expect_thinking,
         }
 

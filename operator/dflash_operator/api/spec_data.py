@@ -322,8 +322,10 @@ class RegenerationSpec(ApiModel):
         default=True,
         description=(
             "Regenerate answers with the target. false: every source must have format "
-            "regenerated (completions produced elsewhere), and the run starts at the "
-            "completions audit."
+            "regenerated (completions produced elsewhere); the score stage copies them into "
+            "the run and scores audit.likelihood.samplesPerSource rows of each under the "
+            "target (judged against temperature and topP below: set them to what the "
+            "completions were generated with), then the completions audit runs."
         ),
     )
     engine: Engine = Field(

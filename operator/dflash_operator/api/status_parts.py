@@ -72,6 +72,39 @@ class Condition(StatusModel):
     )
 
 
+class SourceLikelihood(StatusModel):
+    """What the training monitor measured on one source's scored rows."""
+
+    scored_rows: int | None = Field(default=None, ge=0, description="Rows scored so far.")
+    off_rows: int | None = Field(
+        default=None, ge=0, description="Of those, rows the target would not have generated."
+    )
+    off_distribution_rate: float | None = Field(
+        default=None, ge=0, le=1, description="offRows / scoredRows."
+    )
+    mean_nll: float | None = Field(
+        default=None, ge=0, description="Mean NLL per supervised token under the target (nats)."
+    )
+
+
+class TrainingLikelihood(StatusModel):
+    """The training likelihood monitor's figures, patched by the trainer (data-contracts 6)."""
+
+    step: int | None = Field(default=None, ge=0, description="The last step scored.")
+    every_steps: int | None = Field(default=None, ge=0, description="Steps between scored ones.")
+    scored_rows: int | None = Field(default=None, ge=0, description="Rows scored, all sources.")
+    off_rows: int | None = Field(default=None, ge=0, description="Off-distribution rows.")
+    max_off_distribution_rate: float | None = Field(
+        default=None, ge=0, le=1, description="The limit each source is judged against."
+    )
+    verdict: Verdict | None = Field(
+        default=None, description="fail once a source crossed its limit beyond noise."
+    )
+    sources: dict[str, SourceLikelihood] | None = Field(
+        default=None, description="Per source (data.sources[].name)."
+    )
+
+
 class TrainingProgress(StatusModel):
     """Training progress, patched by the trainer's rank 0 (data-contracts section 6)."""
 
@@ -89,6 +122,13 @@ class TrainingProgress(StatusModel):
         default=None, ge=0, description="Estimated seconds until training finishes."
     )
     updated_at: Timestamp | None = Field(default=None, description="When this was patched.")
+    likelihood: TrainingLikelihood | None = Field(
+        default=None,
+        description=(
+            "The likelihood monitor: the target's judgement of the batches scored so far, per "
+            "source (spec.audit.likelihood.monitorEverySteps)."
+        ),
+    )
 
 
 class CheckpointStatus(StatusModel):
@@ -247,6 +287,10 @@ class AuditStatus(StatusModel):
     )
     completions: AuditResult | None = Field(default=None, description="Completions gate.")
     tokens: AuditResult | None = Field(default=None, description="Tokens gate.")
+    training: AuditResult | None = Field(
+        default=None,
+        description="The likelihood monitor during training (set when it stopped training).",
+    )
 
     def result(self, gate: Gate) -> AuditResult | None:
         return getattr(self, gate.value)  # type: ignore[no-any-return]

@@ -25,6 +25,13 @@ TERMINATION_LOG = "/dev/termination-log"
 CANARY_FOLDER = "canary"
 # The run's copy of a target named by its Hub id (dflash_trainer.model.fetch), under the run root.
 MODEL_FOLDER = "model"
+# Likelihood scores (dflash_trainer.data.likelihood): the canary's own sample, and the score
+# stage's sample of imported completions.
+CANARY_SCORES = f"{CANARY_FOLDER}/likelihood"
+# The regeneration's top-k: spec.regeneration has no field for it, the stage samples with its
+# default (dflash_trainer SamplingSpec.top_k; tests/unit/trainer/test_operator_contract.py).
+REGEN_TOP_K = 20
+SAMPLE_SCORES = "likelihood/sample"
 # Where pvc:// URIs are mounted (children/pod.py); stages resolve pvc://<claim>/<path> here.
 PVC_ROOT = "/mnt/pvc"
 
@@ -116,10 +123,13 @@ def build_regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
 
 
 def build_canary_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
-    """The canary: the same engine and sampling as the shards, on a fixed sample per source."""
+    """The canary: the same engine and sampling as the shards, on a fixed sample per source,
+    which it then scores under the target it loaded (tokenized as training will see it)."""
     return [
         *_regenerate_args(spec, run_root),
         "--canary-samples-per-source", str(spec.regeneration.canary.samples_per_source),
+        "--score-likelihood",
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 
@@ -143,6 +153,33 @@ def _regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     ]  # fmt: skip
 
 
+def build_score_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
+    """`python -m dflash_trainer.data.likelihood`: imported completions (regeneration off)
+    copied into regen/, then `audit.likelihood.samplesPerSource` rows of every source scored
+    under the target, judged against the sampling spec.regeneration declares for them."""
+    regen = spec.regeneration
+    return [
+        REGEN_PYTHON, "-m", "dflash_trainer.data.likelihood",
+        "--run-root", escape(run_root),
+        "--sources", SOURCES_FILE,
+        *_model_args(spec, run_root),
+        "--dtype", spec.target.dtype.value,
+        _thinking(spec.target.thinking),
+        "--engine", regen.engine.value,
+        "--samples-per-source", str(spec.audit.likelihood.samples_per_source),
+        "--temperature", str(regen.temperature),
+        "--top-p", str(regen.top_p),
+        "--top-k", str(REGEN_TOP_K),
+        "--default-k", str(spec.audit.likelihood.top_k),
+        "--max-seq-len", str(spec.tokenization.max_seq_len),
+        "--max-new-tokens", str(regen.max_new_tokens),
+        "--out", f"{escape(run_root).rstrip('/')}/{SAMPLE_SCORES}",
+        "--tensor-parallel-size", str(regen.tensor_parallel),
+        *_engine_args(spec),
+        "--termination-log", TERMINATION_LOG,
+    ]  # fmt: skip
+
+
 def _generation_limit(spec: DFlashRunSpec) -> list[str]:
     """The limit the target generated under (imported completions have none we know of)."""
     if not spec.regeneration.enabled:
@@ -158,6 +195,23 @@ def _canary_input(gate: Gate, run_root: str) -> list[str]:
     return [f"{root}/{CANARY_FOLDER}/regen", "--out", f"{root}/audit/{Gate.CANARY.value}"]
 
 
+def scores_folder(spec: DFlashRunSpec) -> str | None:
+    """Where a run's likelihood scores are, relative to its root: the canary's when it has
+    one, the score stage's for imported completions, else none (the gates skip the check;
+    training still monitors)."""
+    regen = spec.regeneration
+    if regen.enabled:
+        return CANARY_SCORES if regen.canary.samples_per_source > 0 else None
+    return SAMPLE_SCORES if spec.audit.likelihood.samples_per_source > 0 else None
+
+
+def _scores(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
+    folder = CANARY_SCORES if gate == Gate.CANARY else scores_folder(spec)
+    if folder is None or gate == Gate.PROMPTS:
+        return []
+    return ["--scores", f"{escape(run_root).rstrip('/')}/{folder}"]
+
+
 def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str]:
     """`python -m dflash_trainer.data.audit --gate <gate>`: exit 0 pass, 3 fail."""
     return [
@@ -171,6 +225,7 @@ def build_audit_args(spec: DFlashRunSpec, gate: Gate, run_root: str) -> list[str
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         *(_generation_limit(spec) if gate in (Gate.COMPLETIONS, Gate.CANARY) else []),
         *([] if spec.target.thinking else ["--no-thinking"]),
+        *_scores(spec, gate, run_root),
         "--termination-log", TERMINATION_LOG,
     ]  # fmt: skip
 

@@ -15,7 +15,13 @@ from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_training import Strategy
-from dflash_operator.children.commands import CHAT_TEMPLATE_FILE, is_hub_model, model_uri, to_local
+from dflash_operator.children.commands import (
+    CHAT_TEMPLATE_FILE,
+    REGEN_TOP_K,
+    is_hub_model,
+    model_uri,
+    to_local,
+)
 from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, RunRef, build_metadata
 
 # The trainer patches status at most this often (data-contracts section 6).
@@ -129,6 +135,28 @@ def build_train_file(
             "resume": True,
         },
         "logging": {"progress_patch_seconds": PROGRESS_PATCH_SECONDS},
+        "likelihood": build_likelihood_section(spec),
+    }
+
+
+def build_likelihood_section(spec: DFlashRunSpec) -> dict[str, Any]:
+    """The training likelihood monitor (`dflash_trainer/train/config.py` LikelihoodSection):
+    spec.audit.likelihood's settings, judged against the sampling the data was generated with
+    (spec.regeneration; for imported completions, what the user declared there)."""
+    likelihood = spec.audit.likelihood
+    regen = spec.regeneration
+    return {
+        "every_steps": likelihood.monitor_every_steps,
+        "temperature": regen.temperature,
+        "top_p": regen.top_p,
+        "top_k": REGEN_TOP_K,
+        "default_k": likelihood.top_k,
+        "max_off_distribution_rate": likelihood.max_off_distribution_rate,
+        "min_source_rows": spec.audit.min_source_samples,
+        "engine_tolerance": likelihood.engine_tolerance,
+        "nll_tolerance": likelihood.nll_tolerance,
+        "row_outside_share": likelihood.row_outside_share,
+        "row_z": likelihood.row_z,
     }
 
 

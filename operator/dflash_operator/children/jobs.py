@@ -96,6 +96,16 @@ def build_canary_job(
     return _job(ctx, name, container, _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT]), suspend)
 
 
+def build_score_job(
+    ctx: PodContext, run_root: str, backoff_limit: int, suspend: bool = False
+) -> dict[str, Any]:
+    """One pod on the regeneration pool: imported completions copied into regen/, a sample of
+    every source scored under the target (exit 2 is final)."""
+    name = child_name(ctx.run.name, Stage.SCORE, ctx.attempt or 1)
+    container = build_container(ctx, "score", commands.build_score_args(ctx.spec, run_root))
+    return _job(ctx, name, container, _single_pod_spec(backoff_limit, [EXIT_BAD_INPUT]), suspend)
+
+
 def _single_pod_spec(backoff_limit: int, fail_fast_codes: list[int]) -> dict[str, Any]:
     return {
         "completions": 1,

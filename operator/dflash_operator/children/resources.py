@@ -26,7 +26,7 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 # stage.
 CLEANUP_KEY = "cleanup"
 MODEL_KEY = "model"
-MODEL_STAGES = frozenset({Stage.CANARY, Stage.REGEN, Stage.TRAIN, Stage.EVAL})
+MODEL_STAGES = frozenset({Stage.CANARY, Stage.REGEN, Stage.SCORE, Stage.TRAIN, Stage.EVAL})
 Layer = tuple[Mapping[str, Any], Mapping[str, Any]]  # (requests, limits)
 
 

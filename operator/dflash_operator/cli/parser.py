@@ -18,6 +18,7 @@ from dflash_operator.version import OPERATOR_VERSION
 
 PROG = "kubectl dflash"
 GATES = [gate.value for gate in Gate]
+APPROVABLE_GATES = [gate.value for gate in Gate if gate.approvable]
 STAGES = [stage.value for stage in PIPELINE]
 SHELLS = ("bash", "zsh", "fish")
 
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--download-dir", help="where the report goes (default: a temp folder)")
     approve = commands.add_parser("approve", parents=data, help="accept a failed gate")
     approve.add_argument("run")
-    approve.add_argument("--gate", choices=GATES, required=True)
+    approve.add_argument("--gate", choices=APPROVABLE_GATES, required=True)
     retry = commands.add_parser("retry", parents=data, help="retry the stage that failed")
     retry.add_argument("run")
     retry.add_argument("--stage", choices=STAGES, help="the stage that failed (checked)")

@@ -85,6 +85,13 @@ def _next_steps(summary: RunSummary) -> list[str]:
     if summary.phase == Phase.AUDIT_FAILED:
         gates = failed_gates(summary.status)
         gate = gates[0].value if gates else "<gate>"
+        if gates and not gates[0].approvable:  # the training monitor stopped training
+            return [
+                f"see why:          kubectl dflash audit {run}",
+                f"fix data, retry:  kubectl dflash retry {run} --stage tokenize",
+                "or raise spec.audit.likelihood.maxOffDistributionRate, then: "
+                f"kubectl dflash retry {run} --stage train",
+            ]
         return [
             f"see why:          kubectl dflash audit {run}",
             f"fix data, retry:  kubectl dflash retry {run}",

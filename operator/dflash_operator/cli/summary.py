@@ -33,6 +33,7 @@ PIPELINE = (
     Stage.CANARY,
     Stage.AUDIT_CANARY,
     Stage.REGEN,
+    Stage.SCORE,
     Stage.AUDIT_COMPLETIONS,
     Stage.TOKENIZE,
     Stage.AUDIT_TOKENS,
@@ -112,9 +113,9 @@ def parse_status(run: dict[str, Any]) -> DFlashRunStatus:
 
 
 def pipeline_of(status: DFlashRunStatus) -> tuple[Stage, ...]:
-    """The stages of this run: the canary's and the model copy only where the status knows of
-    them (a run made by an operator without the canary has no canary conditions at all; a target
-    on S3 or a PVC is not copied)."""
+    """The stages of this run: the canary's, the model copy and the score stage only where the
+    status knows of them (a run made by an operator without the canary has no canary conditions
+    at all; a target on S3 or a PVC is not copied; only imported completions are scored)."""
     stages: tuple[Stage, ...] = PIPELINE
     known = any(status.condition(STAGE_CONDITIONS[s]) is not None for s in CANARY_STAGES)
     if not (known or status.phase in (Phase.CANARY, Phase.AUDITING_CANARY)):
@@ -122,6 +123,10 @@ def pipeline_of(status: DFlashRunStatus) -> tuple[Stage, ...]:
     copied = status.condition(STAGE_CONDITIONS[Stage.MODEL]) is not None
     if not (copied or status.phase == Phase.FETCHING_MODEL):
         stages = tuple(s for s in stages if s != Stage.MODEL)
+    # The score stage exists only for imported completions (regeneration off).
+    scored = status.condition(STAGE_CONDITIONS[Stage.SCORE]) is not None
+    if not (scored or status.phase == Phase.SCORING):
+        stages = tuple(s for s in stages if s != Stage.SCORE)
     return stages
 
 

@@ -74,6 +74,8 @@ class RunEntry(NamedTuple):
     phase: str | None
     lagging: bool  # status.observedGeneration is behind metadata.generation
     gpu_hours: float = 0.0
+    # status.training.likelihood.sources: source -> (scored rows, off-distribution rate)
+    likelihood: tuple[tuple[str, int, float], ...] = ()
 
 
 def build_run_entry(status: Any, meta: Any) -> RunEntry:
@@ -84,7 +86,18 @@ def build_run_entry(status: Any, meta: Any) -> RunEntry:
     )
     total = (status.get("gpuHours") or {}).get("total")
     hours = float(total) if isinstance(total, int | float) else 0.0
-    return RunEntry(status.get("phase"), lagging, hours)
+    return RunEntry(status.get("phase"), lagging, hours, _likelihood(status))
+
+
+def _likelihood(status: Any) -> tuple[tuple[str, int, float], ...]:
+    """The training monitor's per-source figures, for `dflash_training_off_distribution_rate`."""
+    sources = ((status.get("training") or {}).get("likelihood") or {}).get("sources") or {}
+    out = []
+    for name, figures in sources.items() if isinstance(sources, dict) else ():
+        rows, rate = (figures or {}).get("scoredRows"), (figures or {}).get("offDistributionRate")
+        if isinstance(rows, int) and isinstance(rate, int | float):
+            out.append((str(name), rows, float(rate)))
+    return tuple(sorted(out))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=OURS)

@@ -104,6 +104,9 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> No
     def gpu_hours() -> dict[str, float]:
         return {key: entry.gpu_hours for key, entry in entries().items() if entry.gpu_hours}
 
+    def likelihood() -> dict[str, tuple[tuple[str, int, float], ...]]:
+        return {key: entry.likelihood for key, entry in entries().items() if entry.likelihood}
+
     def live_runs() -> list[str]:
         return [key for key, entry in entries().items() if needs_resync(entry.phase, entry.lagging)]
 
@@ -113,6 +116,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> No
     memo.controller.start()
     metrics.register_run_phases(phases)
     metrics.register_run_gpu_hours(gpu_hours)
+    metrics.register_training_likelihood(likelihood)
     metrics.serve(config.metrics_port, config.bind_address)
     log.info(
         "dflash-operator started: %s, pools %s, %d workers",

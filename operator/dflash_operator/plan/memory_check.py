@@ -72,6 +72,7 @@ def build_rank_inputs(
         target_bytes=_DTYPE_BYTES[spec.target.dtype.value],
         activation_checkpointing=training.activation_checkpointing,
         expandable_segments=conf is None or is_expandable(conf),
+        monitor_every_steps=spec.audit.likelihood.monitor_every_steps,
     )
     return drafter, setup
 
@@ -109,6 +110,7 @@ def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCh
         "strategy": spec.training.strategy.value,
         "max_seq_len": setup.max_seq_len,
         "world_size": world,
+        "monitor_every_steps": setup.monitor_every_steps,
     }
     fix_text = format_fixes(fixes, SPEC_FIELDS, current)
     if fixes:

@@ -77,7 +77,7 @@ def describe_violations(result: AuditResult) -> str:
     return shown + (f"; and {extra} more" if extra > 0 else "")
 
 
-def _set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
+def set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
     audit = draft.status.audit or AuditStatus()
     draft.status.audit = audit.model_copy(update={gate.value: result})
 
@@ -85,7 +85,7 @@ def _set_audit(draft: Draft, gate: Gate, result: AuditResult | None) -> None:
 def clear_audit(draft: Draft, gate: Gate) -> None:
     """Forget a gate's result before it runs again."""
     if draft.status.audit is not None:
-        _set_audit(draft, gate, None)
+        set_audit(draft, gate, None)
 
 
 def running_progress(
@@ -106,6 +106,9 @@ def running_progress(
     if stage == Stage.CANARY:
         per_source = ctx.spec.regeneration.canary.samples_per_source
         return "canary", f"regenerating {per_source} samples of every source"
+    if stage == Stage.SCORE:
+        per_source = ctx.spec.audit.likelihood.samples_per_source
+        return "score", f"importing the completions, scoring {per_source} rows of every source"
     if stage == Stage.TRAIN:
         training = draft.status.training
         restarts = sum(pod.restarts for pod in pods)
@@ -235,6 +238,8 @@ def record_success(
             f"{format_count(canary.samples or 0)} canary samples, "
             f"{format_count(canary.output_tokens or 0)} output tokens (kept: the shards reuse them)"
         )
+    elif stage == Stage.SCORE:
+        summary = results.describe_scoring(pods)
     elif stage == Stage.TOKENIZE:
         tok = results.summarize_tokenization(pods)
         _stages(draft).tokenization = tok
@@ -280,7 +285,7 @@ def record_audit(
     if result is None:
         record_failure(ctx, draft, stage, attempt, child, pods)
         return False
-    _set_audit(draft, gate, result)
+    set_audit(draft, gate, result)
     report = result.report_uri or "(no report URI in the stage result)"
     condition = STAGE_CONDITIONS[stage]
     if result.verdict == Verdict.PASS:
@@ -322,7 +327,7 @@ def record_audit(
 def approve_gate(ctx: StageContext, draft: Draft, gate: Gate, result: AuditResult) -> None:
     """The user accepted a failed gate: record it and let the run go on."""
     generation = result.observed_generation or 0
-    _set_audit(draft, gate, result.model_copy(update={"approved": True}))
+    set_audit(draft, gate, result.model_copy(update={"approved": True}))
     message = Reason.AUDIT_APPROVED.message(
         gate=gate.value, generation=generation, violations=describe_violations(result)
     )

@@ -16,6 +16,7 @@ _POOL_FIELDS: dict[Stage, str] = {
     Stage.CANARY: "spec.regeneration.nodePool",
     Stage.AUDIT_CANARY: "spec.audit.nodePool",
     Stage.REGEN: "spec.regeneration.nodePool",
+    Stage.SCORE: "spec.regeneration.nodePool",
     Stage.AUDIT_COMPLETIONS: "spec.audit.nodePool",
     Stage.AUDIT_TOKENS: "spec.audit.nodePool",
     Stage.TOKENIZE: "spec.tokenization.nodePool",
@@ -58,6 +59,8 @@ def requested_pool(spec: DFlashRunSpec, stage: Stage, pools: PoolsConfig) -> str
         Stage.CANARY: spec.regeneration.node_pool or defaults.regeneration,
         Stage.AUDIT_CANARY: spec.audit.node_pool or defaults.audit,
         Stage.REGEN: spec.regeneration.node_pool or defaults.regeneration,
+        # Scoring loads the target: the pool that can hold it, regeneration's.
+        Stage.SCORE: spec.regeneration.node_pool or defaults.regeneration,
         Stage.AUDIT_COMPLETIONS: spec.audit.node_pool or defaults.audit,
         Stage.AUDIT_TOKENS: spec.audit.node_pool or defaults.audit,
         Stage.TOKENIZE: spec.tokenization.node_pool or defaults.tokenization,
@@ -100,7 +103,7 @@ def place_stage(
             Reason.UNKNOWN_NODE_POOL,
             Reason.UNKNOWN_NODE_POOL.message(field=field, pool=pool_name, pools=pools.names()),
         )
-    if stage in (Stage.REGEN, Stage.CANARY) and pool.has_gpus:
+    if stage in (Stage.REGEN, Stage.CANARY, Stage.SCORE) and pool.has_gpus:
         tp = spec.regeneration.tensor_parallel
         if tp > pool.gpus_per_node:
             return _too_many(

@@ -20,6 +20,7 @@ from dflash_operator.api.constants import (
     STAGE_PHASES,
     ConditionStatus,
     ConditionType,
+    Gate,
     Phase,
     Reason,
     Stage,
@@ -77,6 +78,7 @@ from dflash_operator.plan.stages import (
     stage_queue,
 )
 from dflash_operator.plan.state import StageState, stage_state
+from dflash_operator.plan.training_audit import record_training_audit
 from dflash_operator.pools import PoolsConfig
 
 # A child that is still being deleted blocks its name; look again shortly.
@@ -278,11 +280,11 @@ def _skip(draft: Draft, stage: Stage, why: str, announce: bool = True) -> None:
 
 
 def _approve(ctx: StageContext, draft: Draft, stage: Stage, approvals: list[AuditApproval]) -> bool:
-    gate = STAGE_GATES[stage]
+    gate = STAGE_GATES.get(stage, Gate.TRAINING)  # a stage blocked by its own monitor
     result = draft.status.audit.result(gate) if draft.status.audit else None
     if result is None:
         return False
-    if find_approval(approvals, gate, result.observed_generation) is None:
+    if not gate.approvable or find_approval(approvals, gate, result.observed_generation) is None:
         draft.set_phase(Phase.AUDIT_FAILED)
         return False
     outcomes.approve_gate(ctx, draft, gate, result)
@@ -338,6 +340,8 @@ def _step(
             draft.act(SetDeadline(kind, name, seconds))
         references.mark_unfinished(ctx, draft, stage, attempt, child, observed)
         return False
+    if child.finished.ok and stage == Stage.TRAIN and record_training_audit(draft, attempt, pods):
+        return False  # the likelihood monitor stopped training (plan/training_audit.py)
     if child.finished.ok and stage not in STAGE_GATES:
         return outcomes.record_success(ctx, draft, stage, attempt, child, pods)
     if stage in STAGE_GATES:

@@ -170,6 +170,20 @@ def build_audit_result(
     )
 
 
+def describe_scoring(pods: Iterable[PodView]) -> str:
+    """The score stage's result in words: rows imported, rows scored, where the scores are."""
+    data, _term = latest_result(pods)
+    data = data or {}
+    imported, scored = _int(data, "samples"), _int(data, "scored")
+    where = _str(data, "scoresUri")
+    text = f"{imported if imported is not None else '?'} imported completions in regen/"
+    if scored:
+        text += f", {scored} rows scored under the target ({where or 'no scores URI'})"
+    else:
+        text += " (no rows scored: audit.likelihood.samplesPerSource is 0)"
+    return text
+
+
 def summarize_model_copy(pods: Iterable[PodView], uri: str) -> ModelCopyResult:
     data, _term = latest_result(pods)
     data = data or {}

@@ -8,6 +8,7 @@ from dflash_operator.api.constants import (
     STAGE_PHASES,
     ConditionStatus,
     ConditionType,
+    Gate,
     Phase,
     Reason,
     Stage,
@@ -49,9 +50,11 @@ def apply_retry(
             old = observed.child(kind, child_name(ctx.run.name, stage, attempt))
             if old is not None and not old.finished.done and not old.deleting:
                 draft.act(DeleteChild(kind, old.name))
-        if stage in STAGE_GATES and draft.condition(STAGE_CONDITIONS[stage]) is not None:
-            outcomes.clear_audit(draft, STAGE_GATES[stage])
-            reset_gate = True
+        gate = STAGE_GATES.get(stage, Gate.TRAINING if stage == Stage.TRAIN else None)
+        if gate is not None and draft.condition(STAGE_CONDITIONS[stage]) is not None:
+            had_result = draft.status.audit is not None and draft.status.audit.result(gate)
+            outcomes.clear_audit(draft, gate)
+            reset_gate = reset_gate or stage in STAGE_GATES or bool(had_result)
         if stage == target:
             message = Reason.RETRY_REQUESTED.message(
                 stage=stage.value, token=retry.token, attempt=attempt + 1

@@ -28,6 +28,7 @@ STAGE_GATES: dict[Stage, Gate] = {stage: gate for gate, stage in GATE_STAGES.ite
 # Short stage names for the Pools column ("regen=b200 train=rtx-pro-6000").
 POOL_COLUMN_NAMES: dict[Stage, str] = {
     Stage.REGEN: "regen",
+    Stage.SCORE: "score",
     Stage.AUDIT_COMPLETIONS: "audit",
     Stage.TOKENIZE: "tokenize",
     Stage.TRAIN: "train",
@@ -68,6 +69,8 @@ def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
         stages.insert(0, Stage.REGEN)
         if spec.regeneration.canary.samples_per_source > 0:
             stages[0:0] = [Stage.CANARY, Stage.AUDIT_CANARY]
+    else:  # imported completions: copied into the run, a sample scored under the target
+        stages.insert(0, Stage.SCORE)
     if spec.evaluation.enabled:
         stages.append(Stage.EVAL)
     if is_hub_model(spec.target.model):
@@ -83,7 +86,7 @@ def stage_kind(spec: DFlashRunSpec, stage: Stage) -> ChildKind:
 
 def stage_image(ctx: StageContext, stage: Stage) -> str:
     spec, settings = ctx.spec, ctx.settings
-    if stage in (Stage.REGEN, Stage.CANARY):
+    if stage in (Stage.REGEN, Stage.CANARY, Stage.SCORE):
         return spec.regeneration.image or settings.regen_image
     if stage == Stage.TRAIN:
         return spec.training.image or settings.trainer_image
@@ -94,7 +97,7 @@ def stage_image(ctx: StageContext, stage: Stage) -> str:
 
 def stage_retry_limit(ctx: StageContext, stage: Stage) -> int:
     """Retries of a stage's child before it fails (per shard for regeneration)."""
-    if stage in (Stage.REGEN, Stage.CANARY):
+    if stage in (Stage.REGEN, Stage.CANARY, Stage.SCORE):
         return ctx.spec.regeneration.retries_per_shard
     if stage == Stage.TRAIN:
         return ctx.spec.training.max_restarts
@@ -148,6 +151,9 @@ def build_stage_child(
     if stage == Stage.CANARY:
         retries = ctx.spec.regeneration.retries_per_shard
         return jobs.build_canary_job(pod, ctx.run_root, retries, suspend)
+    if stage == Stage.SCORE:
+        retries = ctx.spec.regeneration.retries_per_shard
+        return jobs.build_score_job(pod, ctx.run_root, retries, suspend)
     if stage in STAGE_GATES:
         return jobs.build_audit_job(pod, STAGE_GATES[stage], ctx.run_root, limit, suspend)
     if stage == Stage.TOKENIZE:

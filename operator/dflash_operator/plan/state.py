@@ -12,6 +12,8 @@ from dflash_operator.plan.stages import STAGE_GATES
 _FAILED_REASONS = frozenset(
     {Reason.STAGE_FAILED.value, Reason.RETRIES_EXHAUSTED.value, Reason.CHILD_CREATE_FAILED.value}
 )
+# Reasons of a stage stopped by a gate that runs inside it (the training likelihood monitor).
+_BLOCKED_REASONS = frozenset({Reason.TRAINING_AUDIT_FAILED.value})
 # Reasons that ask for a new attempt of the stage: a retry, an edit of a running stage.
 _RESTART_REASONS = frozenset({Reason.RETRY_REQUESTED.value, Reason.SPEC_CHANGED.value})
 
@@ -41,4 +43,6 @@ def stage_state(draft: Draft, stage: Stage) -> StageState:
         return StageState.BLOCKED
     if condition.reason in _FAILED_REASONS:
         return StageState.FAILED
+    if condition.reason in _BLOCKED_REASONS:
+        return StageState.BLOCKED
     return StageState.RUNNING

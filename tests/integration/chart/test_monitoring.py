@@ -43,6 +43,7 @@ def exported_metrics() -> set[str]:
     included before their first sample) and the client library's process collectors."""
     metrics.register_run_phases(dict)
     metrics.register_run_gpu_hours(dict)
+    metrics.register_training_likelihood(dict)
     names = set()
     for family in REGISTRY.collect():
         names |= {family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type]}

@@ -59,8 +59,10 @@ def test_imported_rows_without_finish_reason_are_probably_truncated_at_the_limit
         finish[r["source"]].add(r["finish_reason"])
     assert finish == {"healthy": {"stop"}, "cut": {None}}
 
+    # Synthetic text, not the tiny target's answers: the shape checks alone (--score-samples 0).
     code = audit_main(["--run-root", str(run_root), "--gate", "completions", "--model",
                        str(tiny_target.path), "--max-new-tokens", str(LIMIT), "--no-plots",
+                       "--score-samples", "0",
                        "--termination-log", str(tmp_path / "audit.log")])  # fmt: skip
     report = json.loads((run_root / "audit" / "completions" / "report.json").read_text())
     assert code == 3

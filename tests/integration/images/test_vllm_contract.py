@@ -80,3 +80,18 @@ def test_every_vllm_finish_reason_is_mapped_exactly(report: dict[str, object]) -
         "stop": "stop", "length": "length", "repetition": "repetition",
         "abort": "failed", "error": "failed",
     }  # fmt: skip
+
+
+def test_the_likelihood_scorer_asks_for_raw_prompt_logprobs_this_vllm_can_give(
+    report: dict[str, object],
+) -> None:
+    assert report["score_mismatches"] == []
+    assert report["score_skips_prefix_cache"] is True  # every position's log-probability
+    assert report["engine_default_max_logprobs"] == 20  # VLLM_MAX_LOGPROBS, no engine change
+    assert report["logprobs_mode_default"] == "raw_logprobs"  # before temperature and top-p
+    assert report["model_config_has_vocab_size"] is True
+
+
+def test_the_scorer_reads_vllms_own_prompt_logprob_containers(report: dict[str, object]) -> None:
+    # Filled by vLLM's own helper, as its output processor fills them: both container kinds.
+    assert report["prompt_logprobs_parsed"] == {"list": True, "flat": True}

@@ -135,4 +135,68 @@ for reason in [str(r) for r in FinishReason]:
 report["vllm_finish_reasons"] = sorted(str(r) for r in FinishReason)
 report["known_reasons"] = sorted(KNOWN_REASONS)
 report["parsed"] = parsed
+
+# The likelihood scorer (data/likelihood/vllm_scorer.py): its SamplingParams, and vLLM's own
+# prompt log-probability containers (a list of dicts, or FlatLogprobs) filled by vLLM's own
+# helper exactly as its output processor fills them, read back by the scorer's parser.
+import math  # noqa: E402
+
+from dflash_trainer.data.likelihood.vllm_scorer import (  # noqa: E402
+    VLLM_MAX_LOGPROBS,
+    build_score_sampling_kwargs,
+    parse_prompt_logprobs,
+)
+from vllm.config.model import ModelConfig  # noqa: E402
+from vllm.logprobs import (  # noqa: E402
+    FlatLogprobs,
+    append_logprobs_for_next_position,
+    create_prompt_logprobs,
+)
+
+score_kwargs = build_score_sampling_kwargs(VLLM_MAX_LOGPROBS)
+score_params = SamplingParams(**score_kwargs)
+report["score_mismatches"] = sorted(
+    k for k, v in score_kwargs.items() if getattr(score_params, k) != v
+)
+# Prefix caching would hide the cached prompt's log-probabilities: vLLM skips reading it.
+report["score_skips_prefix_cache"] = score_params.skip_reading_prefix_cache is True
+engine_defaults = {f.name: f.default for f in dataclasses.fields(EngineArgs)}
+report["engine_default_max_logprobs"] = engine_defaults["max_logprobs"]
+report["logprobs_mode_default"] = str(engine_defaults["logprobs_mode"])
+report["model_config_has_vocab_size"] = callable(getattr(ModelConfig, "get_vocab_size", None))
+
+k = 3
+ids = [5, 7, 9, 11]  # the scored sequence; positions 1..3 supervised
+mask = [0, 1, 1, 1]
+# Per position: (the sequence's own token, its rank, the top-k ids, their log-probabilities)
+positions = [
+    (7, 1, [7, 8, 2], [-0.1, -2.5, -3.0]),  # the most likely token
+    (9, 2, [3, 9, 4], [-0.5, -1.0, -4.0]),  # inside the top k
+    (11, 40, [1, 2, 6], [-0.2, -1.9, -2.2]),  # far outside it
+]
+expected_top = [lps for _, _, _, lps in positions]
+expected_lp = [-0.1, -1.0, -7.5]
+parsed_ok = {}
+for flat in (False, True):
+    container = create_prompt_logprobs(flat)
+    for token, rank, top_ids, top_lps in positions:
+        own = top_lps[top_ids.index(token)] if token in top_ids else -7.5
+        append_logprobs_for_next_position(
+            container, [token, *top_ids], [own, *top_lps], [None] * (k + 1), rank, k
+        )
+    got_ids, top, lp, ranks = parse_prompt_logprobs(container, ids, mask, k)
+    parsed_ok["flat" if flat else "list"] = (
+        isinstance(container, FlatLogprobs) == flat
+        and got_ids.tolist() == [7, 9, 11]
+        and all(
+            math.isclose(a, b, abs_tol=1e-6)
+            for row, want in zip(top.tolist(), expected_top, strict=True)
+            for a, b in zip(row, want, strict=True)
+        )
+        and all(
+            math.isclose(a, b, abs_tol=1e-6) for a, b in zip(lp.tolist(), expected_lp, strict=True)
+        )
+        and ranks.tolist() == [0, 1, 39]
+    )
+report["prompt_logprobs_parsed"] = parsed_ok
 print(json.dumps(report))

@@ -33,7 +33,7 @@ def _fields(model: type[BaseModel]) -> dict[str, Any]:
 def _crd_thresholds() -> dict[str, Any]:
     out = {}
     for name, value in _fields(AuditSpec).items():
-        if name in ("prompts", "completions", "tokens"):
+        if name in ("prompts", "completions", "tokens", "likelihood"):
             out.update(_fields(AuditSpec.model_fields[name].annotation))  # type: ignore[arg-type]
         elif name not in ("node_pool", "active_deadline_seconds", "resources"):  # the pods'
             out[name] = value
@@ -92,7 +92,7 @@ def test_status_names_the_spec_field_of_every_checks_threshold(check: Check) -> 
 
 def test_each_spec_audit_threshold_description_names_its_check() -> None:
     fields = dict(AuditSpec.model_fields)
-    for group in ("prompts", "completions", "tokens"):
+    for group in ("prompts", "completions", "tokens", "likelihood"):
         fields.update(AuditSpec.model_fields[group].annotation.model_fields)  # type: ignore[union-attr]
     for name in _threshold_fields():
         assert f"Check: {check_of(name)}" in (fields[name].description or ""), name

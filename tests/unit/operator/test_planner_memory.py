@@ -159,3 +159,27 @@ def test_activation_checkpointing_is_offered_and_reaches_the_trainer() -> None:
         "activation_checkpointing"
         not in build_train_file(parse_spec(qwen36_spec()), "s3://b")["drafter"]
     )
+
+
+@pytest.mark.parametrize(
+    ("audit", "every"), [({}, 10), ({"likelihood": {"monitorEverySteps": 0}}, 0)]
+)
+def test_the_check_counts_the_likelihood_monitor_the_run_will_have(
+    audit: dict[str, Any], every: int
+) -> None:
+    """The trainer gets spec.audit.likelihood.monitorEverySteps (on by default): its LM-head
+    chunk is one of the phases the check weighs."""
+    from dflash_memplan.estimate import estimate_rank_memory
+    from dflash_memplan.known import known_target_shape
+    from dflash_operator.children.config_map import build_train_file
+    from dflash_operator.plan.memory_check import build_rank_inputs
+
+    spec = parse_spec({**qwen36_spec(batchSize=1), "audit": audit})
+    target = known_target_shape("Qwen/Qwen3.6-27B")
+    assert target is not None
+    drafter, setup = build_rank_inputs(spec, target, world_size=8)
+
+    assert setup.monitor_every_steps == every
+    assert build_train_file(spec, "s3://b/run")["likelihood"]["every_steps"] == every
+    phases = [p.name for p in estimate_rank_memory(target, drafter, setup).phases]
+    assert ("likelihood monitor" in phases) is (every > 0)

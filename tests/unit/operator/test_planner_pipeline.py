@@ -140,7 +140,7 @@ def test_the_training_child_is_created_after_its_identity(sim: Callable[..., Any
     ]
 
 
-def test_without_regeneration_the_run_starts_at_the_completions_audit(
+def test_without_regeneration_the_imported_completions_are_scored_then_audited(
     sim: Callable[..., Any], make_spec: Callable[..., Any]
 ) -> None:
     spec = make_spec(
@@ -150,10 +150,23 @@ def test_without_regeneration_the_run_starts_at_the_completions_audit(
     world = sim(spec=spec)
     world.step()
 
-    assert world.created == ["r1-audit-completions"]
-    assert world.status["phase"] == "AuditingCompletions"
+    # The score stage copies them into the run and scores a sample under the target.
+    assert world.created == ["r1-score"]
+    assert world.status["phase"] == "Scoring"
     assert world.condition("Regenerated")["reason"] == "StageSkipped"
     assert world.condition("Regenerated")["status"] == "True"
+    args = world.manifests[("Job", "r1-score")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["python3", "-m", "dflash_trainer.data.likelihood"]
+    assert args[args.index("--samples-per-source") + 1] == "64"
+    world.finish("r1-score", result={"stage": "score", "ok": True, "samples": 900, "scored": 64,
+                                     "scoresUri": "s3://x/likelihood/sample"})  # fmt: skip
+    world.settle()
+    assert world.created == ["r1-score", "r1-audit-completions"]
+    assert "900 imported completions" in world.condition("LikelihoodScored")["message"]
+    audit = world.manifests[("Job", "r1-audit-completions")]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert audit["args"][audit["args"].index("--scores") + 1].endswith("/likelihood/sample")
 
 
 def test_without_evaluation_the_run_succeeds_after_training(

@@ -14,7 +14,8 @@ SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "gpu_smoke.sh"
 GPU_ONLY_STEPS = {"eval-vllm", "flex-256"}
 STEPS = [
     "build-qwen3", "regen-qwen3", "tokenize", "build-qwen3_5", "regen-qwen3_5",
-    "train", "export", "train-qwen3_5", "flex-256", "loss-vocab", "eval-builtin", "eval-vllm",
+    "train", "export", "train-qwen3_5", "flex-256", "loss-vocab", "monitor-vocab",
+    "eval-builtin", "eval-vllm",
 ]  # fmt: skip
 FIGURES_OF_THE_DRY_RUN = [
     "regen_qwen3_output_tokens_per_s",
@@ -27,6 +28,7 @@ FIGURES_OF_THE_DRY_RUN = [
     "acceptance_builtin",
     "train_qwen3_5_step_ms",
     "loss_bytes_per_logit",
+    "monitor_bytes_per_logit",
 ]
 
 
@@ -51,6 +53,10 @@ def test_the_gpu_smoke_dry_run_passes_every_step_and_writes_the_figures(tmp_path
     assert steps["train"]["wrapped"].startswith("FSDP")
     assert result["figures"]["regen_engine"] == "transformers"
     assert steps["loss-vocab"]["vocab"] == 248_320
+    # The monitor's two LM-head chunks hold one chunk's bytes (the plan's 9 B per logit).
+    monitor = steps["monitor-vocab"]
+    assert monitor["vocab"] == 248_320
+    assert abs(monitor["bytes_per_logit"] / monitor["plan_bytes_per_logit"] - 1) <= 0.1, monitor
     for key in FIGURES_OF_THE_DRY_RUN:
         assert isinstance(result["figures"][key], (int, float)), (key, result["figures"])
         assert result["figures"][key] > 0, (key, result["figures"])

@@ -138,3 +138,20 @@ def test_an_unset_gamma_reaches_the_trainer_as_the_papers_for_the_block_size(
         build_train_file(DFlashRunSpec.model_validate(example), RUN_ROOT)
     )
     assert train.objective.gamma == 3.5
+
+
+def test_the_training_monitor_judges_the_sampling_the_data_was_generated_with() -> None:
+    from dflash_operator.children.commands import REGEN_TOP_K
+    from dflash_trainer.data.regenerate.engine import SamplingSpec
+
+    example = yaml.safe_load((EXAMPLES[0].parent / "qwen3-8b.yaml").read_text())["spec"]
+    example.setdefault("regeneration", {}).update(temperature=0.7, topP=0.9)
+    example["audit"] = {"minSourceSamples": 30, "likelihood": {"monitorEverySteps": 25}}
+    train = TrainConfig.model_validate(
+        build_train_file(DFlashRunSpec.model_validate(example), RUN_ROOT)
+    )
+    assert SamplingSpec().top_k == REGEN_TOP_K  # the regenerate stage's own default
+    monitor = train.likelihood
+    assert (monitor.temperature, monitor.top_p, monitor.top_k) == (0.7, 0.9, REGEN_TOP_K)
+    assert monitor.every_steps == 25 and monitor.min_source_rows == 30
+    assert monitor.enforce is True

@@ -73,6 +73,13 @@ class TargetTaps:
         return self._collect()
 
     @torch.no_grad()
+    def features_and_hidden(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tapped features and the decoder's final hidden states (the whole forward, without
+        the LM head): the likelihood monitor scores the supervised positions from them."""
+        hidden = self.target.decoder(input_ids=input_ids, use_cache=False).last_hidden_state
+        return self._collect(), hidden
+
+    @torch.no_grad()
     def features_and_logits(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tapped features and the target's logits (the full forward; for verification)."""
         logits = self.target.model(input_ids=input_ids, use_cache=False).logits

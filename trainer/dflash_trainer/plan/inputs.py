@@ -32,6 +32,7 @@ TRAIN_FIELDS: dict[Knob, str] = {
     "strategy": "distributed.strategy",
     "max_seq_len": "data.max_seq_len",
     "world_size": "world size (nodes x GPUs per node)",
+    "monitor_every_steps": "likelihood.every_steps",
 }
 _TARGET_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -114,6 +115,7 @@ def build_plan_inputs(
         # FSDP2 reduces in distributed.reduce_dtype on GPU; on CPU in the float32 gradients.
         reduce_bytes=REDUCE_DTYPE_BYTES[cfg.distributed.reduce_dtype] if device == "cuda" else 4,
         expandable_segments=expandable_segments,
+        monitor_every_steps=cfg.likelihood.every_steps,
     )
     return PlanInputs(target, drafter, setup)
 
@@ -127,4 +129,5 @@ def current_values(setup: RankSetup) -> dict[Knob, object]:
         "strategy": setup.strategy,
         "max_seq_len": setup.max_seq_len,
         "world_size": setup.world_size,
+        "monitor_every_steps": setup.monitor_every_steps,
     }

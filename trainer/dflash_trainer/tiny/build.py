@@ -106,13 +106,18 @@ def build_metadata(target: TinyTarget) -> dict[str, Any]:
 
 
 def teach_chat_format(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, steps: int, seed: int
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    steps: int,
+    seed: int,
+    conversations: list[list[dict[str, Any]]] | None = None,
 ) -> None:
-    """A few AdamW steps of next-token loss on rendered tiny conversations (thinking on)."""
+    """A few AdamW steps of next-token loss on rendered tiny conversations (thinking on);
+    `conversations` replaces the built-in ones (tests teach a further lesson this way)."""
     torch.manual_seed(seed)
     texts = [
         tokenizer.apply_chat_template(conv, tokenize=False)
-        for conv in build_conversations(TEACH_CONVERSATIONS, seed)
+        for conv in conversations or build_conversations(TEACH_CONVERSATIONS, seed)
     ]
     encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     pad_id = int(tokenizer.pad_token_id)

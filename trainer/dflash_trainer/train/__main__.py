@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
                 build_stage_result("train", False, f"{type(exc).__name__}: {exc}"),
             )
         return EXIT_FAILED
+    if result.audit is not None:
+        # Stopped by the likelihood monitor: a verdict, not a crash. Exit 0 so that the
+        # PyTorchJob does not restart into the same data; the operator reads the result.
+        if is_main:
+            write_stage_result(args.termination_log, result.audit)
+        return EXIT_OK
     if is_main:
         message = f"trained {result.step}/{result.total_steps} steps, loss {result.loss:.4f}"
         log.info("%s; final drafter at %s", message, result.final_uri)

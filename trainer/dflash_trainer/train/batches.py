@@ -21,6 +21,9 @@ from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, rea
 
 MANIFEST = "_SUCCESS.json"
 REQUIRED_COLUMNS = ("id", "input_ids", "loss_mask")
+# Read when present: the likelihood monitor aggregates per source (data/likelihood).
+SOURCE_COLUMN = "source"
+NO_SOURCE = "(no source column)"
 # Held-out membership hashes the sample id into this many buckets.
 HOLDOUT_BUCKETS = 1_000_000
 
@@ -37,6 +40,9 @@ class TokenRows:
     mask: np.ndarray
     offsets: np.ndarray
     ids: np.ndarray
+    # Per row, an index into `source_names` (the training monitor's per-source figures).
+    sources: np.ndarray | None = None
+    source_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -53,7 +59,11 @@ class TokenRows:
         # Token j of the new buffer comes from old position `start_of_its_row + (j - new_start)`.
         shift = np.repeat(self.offsets[:-1][keep] - offsets[:-1], lengths)
         gather = np.arange(int(offsets[-1]), dtype=np.int64) + shift
-        return TokenRows(self.tokens[gather], self.mask[gather], offsets, self.ids[keep])
+        sources = None if self.sources is None else self.sources[keep]
+        return TokenRows(
+            self.tokens[gather], self.mask[gather], offsets, self.ids[keep], sources,
+            self.source_names,
+        )  # fmt: skip
 
 
 def build_rows(input_ids: torch.Tensor, loss_mask: torch.Tensor, prefix: str) -> TokenRows:
@@ -64,6 +74,8 @@ def build_rows(input_ids: torch.Tensor, loss_mask: torch.Tensor, prefix: str) ->
         mask=loss_mask.reshape(-1).numpy().astype(np.int8),
         offsets=np.arange(0, (n + 1) * length, length, dtype=np.int64),
         ids=np.array([f"{prefix}-{i}" for i in range(n)], dtype=object),
+        sources=np.zeros(n, dtype=np.int32),
+        source_names=(prefix,),
     )
 
 
@@ -91,13 +103,19 @@ def read_tokenized(uri: str) -> TokenRows:
     """All rows of the shards listed in `<uri>/_SUCCESS.json`."""
     import pyarrow.parquet as pq
 
-    tokens, masks, lengths, ids = [], [], [], []
+    tokens, masks, lengths, ids, sources = [], [], [], [], []
     for shard_uri in _shard_paths(uri):
         filesystem, path = arrow_filesystem(shard_uri)
         try:
-            table = pq.read_table(path, filesystem=filesystem, columns=list(REQUIRED_COLUMNS))
+            names = pq.read_schema(path, filesystem=filesystem).names
+            wanted = [*REQUIRED_COLUMNS, *([SOURCE_COLUMN] if SOURCE_COLUMN in names else [])]
+            table = pq.read_table(path, filesystem=filesystem, columns=wanted)
         except (OSError, ValueError, KeyError) as exc:
             raise DataError(f"{shard_uri} cannot be read as tokenized Parquet: {exc}") from None
+        if SOURCE_COLUMN in table.schema.names:
+            sources.append(np.asarray(table.column(SOURCE_COLUMN).to_pylist(), dtype=object))
+        else:
+            sources.append(np.full(table.num_rows, NO_SOURCE, dtype=object))
         ids_col = table.column("id").to_numpy(zero_copy_only=False)
         ids_arr = table.column("input_ids").combine_chunks()
         mask_arr = table.column("loss_mask").combine_chunks()
@@ -109,11 +127,14 @@ def read_tokenized(uri: str) -> TokenRows:
         lengths.append(id_lengths)
         ids.append(ids_col)
     all_lengths = np.concatenate(lengths)
+    names, codes = np.unique(np.concatenate(sources).astype(str), return_inverse=True)
     return TokenRows(
         tokens=np.concatenate(tokens),
         mask=np.concatenate(masks),
         offsets=np.concatenate([[0], np.cumsum(all_lengths)]).astype(np.int64),
         ids=np.concatenate(ids).astype(object),
+        sources=codes.astype(np.int32),
+        source_names=tuple(str(n) for n in names),
     )
 
 

@@ -133,6 +133,30 @@ class LoggingSection(Section):
     progress_patch_seconds: Annotated[float, Field(ge=0.0)] = 30.0
 
 
+class LikelihoodSection(Section):
+    """The target-likelihood monitor (docs/audit-gates.md, section 8.3): on every
+    `every_steps`-th step the supervised tokens of the step's batch are scored under the target
+    (its forward runs anyway) and judged per source; a source whose off-distribution rate
+    crosses `max_off_distribution_rate` beyond sampling noise stops training (`enforce`).
+    The sampling fields are the regeneration's (spec.regeneration), the rest spec.audit's."""
+
+    every_steps: Annotated[int, Field(ge=0)] = 0  # 0: off (the operator sets it, default 10)
+    temperature: Annotated[float, Field(ge=0.0)] = 0.6
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
+    top_k: Annotated[int, Field(ge=0)] = 20
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    penalized: bool = False
+    default_k: Annotated[int, Field(ge=1)] = 20
+    max_off_distribution_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+    min_source_rows: Annotated[int, Field(ge=1)] = 50
+    engine_tolerance: Annotated[float, Field(ge=0.0)] = 0.5
+    nll_tolerance: Annotated[float, Field(ge=0.0)] = 0.01
+    row_outside_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.005
+    row_z: Annotated[float, Field(gt=0.0)] = 4.0
+    enforce: bool = True
+    report_uri: str | None = None  # default <run_root>/audit/training
+
+
 class TrainConfig(Section):
     run_root: str
     seed: int = 0
@@ -145,6 +169,7 @@ class TrainConfig(Section):
     checkpoint: CheckpointSection = CheckpointSection()
     export: ExportSection = ExportSection()
     logging: LoggingSection = LoggingSection()
+    likelihood: LikelihoodSection = LikelihoodSection()
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -159,6 +184,10 @@ class TrainConfig(Section):
     @property
     def export_uri(self) -> str:
         return self.export.uri or join_uri(self.run_root, "final")
+
+    @property
+    def likelihood_report_uri(self) -> str:
+        return self.likelihood.report_uri or join_uri(self.run_root, "audit", "training")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -230,6 +259,7 @@ TRAIN_URI_KEYS = [
     ("data", "tokenized_uri"),
     ("checkpoint", "uri"),
     ("export", "uri"),
+    ("likelihood", "report_uri"),
 ]
 
 

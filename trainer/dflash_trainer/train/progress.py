@@ -71,10 +71,15 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def build_training_patch(m: StepMetrics) -> dict[str, Any]:
+def build_training_patch(
+    m: StepMetrics, likelihood: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`status.training` (and `status.training.likelihood`: the monitor's figures so far)."""
+    extra = {"likelihood": likelihood} if likelihood else {}
     return {
         "status": {
-            "training": {
+            "training": extra
+            | {
                 "step": m.step,
                 "totalSteps": m.total_steps,
                 "epoch": round(m.epoch, 4),
@@ -146,11 +151,13 @@ class StatusPatcher:
                 )
                 return False
 
-    def maybe_send_progress(self, metrics: StepMetrics, force: bool = False) -> None:
+    def maybe_send_progress(
+        self, metrics: StepMetrics, force: bool = False, likelihood: dict[str, Any] | None = None
+    ) -> None:
         now = time.monotonic()
         if force or now - self._last >= self.interval_seconds:
             self._last = now
-            self.send(build_training_patch(metrics))
+            self.send(build_training_patch(metrics, likelihood))
 
 
 class MetricsFile:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +47,13 @@ class MicroBatch:
     input_ids: torch.Tensor
     seq_lens: torch.Tensor
     draft: DraftBatch
+    # For the likelihood monitor: which tokens are supervised, and which rows these are.
+    loss_mask: torch.Tensor | None = None
+    rows: np.ndarray | None = None
+
+
+# Called with a micro-batch and the target's final hidden states on monitored steps.
+Observer = Callable[[MicroBatch, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def build_micro_batch(
         mask_token_id=settings.mask_token_id,
         gamma=settings.gamma,
     )
-    return MicroBatch(input_ids, seq_lens, draft)
+    return MicroBatch(input_ids, seq_lens, draft, loss_mask, np.asarray(indices))
 
 
 def _sync(device: torch.device) -> None:
@@ -135,8 +142,11 @@ def run_train_step(
     settings: ObjectiveSettings,
     grad_clip: float,
     env: DistEnv,
+    observe: Observer | None = None,
 ) -> StepOutcome:
-    """Forward/backward every micro-batch, clip, step; returns globally reduced metrics."""
+    """Forward/backward every micro-batch, clip, step; returns globally reduced metrics.
+    `observe` (monitored steps): the target forward runs to its last layer, and the observer
+    gets its final hidden states (train/likelihood_monitor.py)."""
     device = env.device
     local_weight = sum(mb.draft.weight_sum for mb in micro_batches)
     global_weight = float(
@@ -150,7 +160,11 @@ def run_train_step(
     for i, mb in enumerate(micro_batches):
         _sync(device)
         start = time.perf_counter()
-        features = taps.features(mb.input_ids)
+        if observe is None:
+            features = taps.features(mb.input_ids)
+        else:
+            features, hidden = taps.features_and_hidden(mb.input_ids)
+            observe(mb, hidden)
         block_embeds = target.embed(mb.draft.block_ids)
         _sync(device)
         middle = time.perf_counter()

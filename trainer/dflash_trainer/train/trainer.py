@@ -38,6 +38,7 @@ from dflash_trainer.train.distributed import (
     gather_objects,
     wrap_drafter,
 )
+from dflash_trainer.train.likelihood_monitor import LikelihoodMonitor, MonitorFailure
 from dflash_trainer.train.progress import (
     MetricsFile,
     StatusPatcher,
@@ -66,6 +67,8 @@ class TrainResult:
     loss: float
     checkpoint_uri: str | None
     final_uri: str | None
+    # Set when the likelihood monitor stopped training: the stage result's audit fields.
+    audit: dict[str, Any] | None = None
 
 
 def _state_options(env: DistEnv, *, loading: bool) -> StateDictOptions:
@@ -147,6 +150,12 @@ class Trainer:
         )
         self.last_saved_step = -1
         self.checkpoint_uri: str | None = None
+        self.monitor = (
+            LikelihoodMonitor(cfg.likelihood, self.target, self.rows, env)
+            if cfg.likelihood.every_steps > 0
+            else None
+        )
+        self.stopped: MonitorFailure | None = None
 
     # -- checkpoints -------------------------------------------------------------------
     def _on_commit(self, step: int, uri: str, sha256: str) -> None:
@@ -237,6 +246,9 @@ class Trainer:
                 )
             ]
             lr = float(self.scheduler.get_last_lr()[0])
+            monitored = self.monitor is not None and self.monitor.is_due(self.step + 1)
+            if self.monitor is not None and monitored:
+                self.monitor.start_step(self.step + 1)
             outcome = run_train_step(
                 model=self.model,
                 target=self.target,
@@ -247,8 +259,10 @@ class Trainer:
                 settings=self.settings,
                 grad_clip=cfg.optim.grad_clip,
                 env=env,
+                observe=self.monitor.observe if self.monitor is not None and monitored else None,
             )
             self.step += 1
+            failure = self.monitor.finish_step(self.step) if self.monitor and monitored else None
             self.last_loss = outcome.loss
             now = time.perf_counter()
             metrics = build_metrics(
@@ -261,11 +275,20 @@ class Trainer:
                 elapsed=now - started,
                 steps_done=self.step - first_step,
             )
+            stop = failure is not None and cfg.likelihood.enforce
             if env.is_main:
                 self.metrics_file.write(metrics)
                 if self.step % cfg.logging.every_steps == 0 or self.step == self.total_steps:
                     log.info("%s", metrics.log_line())
-                self.patcher.maybe_send_progress(metrics, force=self.step == self.total_steps)
+                # The monitor's figures so far ride on every progress patch (the latest ones).
+                scored = self.monitor is not None and self.monitor.steps_scored > 0
+                likelihood = self.monitor.snapshot() if self.monitor and scored else None
+                self.patcher.maybe_send_progress(
+                    metrics, force=self.step == self.total_steps or stop, likelihood=likelihood
+                )
+            if stop:
+                self.stopped = failure
+                return
             if self.step % cfg.checkpoint.every_steps == 0:
                 self.save()
 
@@ -297,9 +320,31 @@ class Trainer:
             log.info("exported the drafter to %s", uri)
         return uri
 
+    def stop_for_likelihood(self, failure: MonitorFailure) -> TrainResult:
+        """The monitor stopped training: report, no checkpoint or export (the data is bad)."""
+        from dflash_trainer.train.likelihood_report import (
+            build_report,
+            build_stage_payload,
+            write_report,
+        )
+
+        assert self.monitor is not None
+        uri = self.cfg.likelihood_report_uri
+        payload = build_stage_payload(self.monitor, failure, uri)
+        if self.env.is_main:
+            log.error("%s", payload["message"])
+            write_report(build_report(self.monitor, failure, self.cfg.target.path), uri)
+            self.uploader.wait()
+        barrier(self.env)
+        return TrainResult(
+            self.step, self.total_steps, self.last_loss, self.checkpoint_uri, None, payload
+        )
+
     def run(self) -> TrainResult:
         self.resume()
         self.train_steps()
+        if self.stopped is not None:
+            return self.stop_for_likelihood(self.stopped)
         if self.last_saved_step != self.step:
             self.save()
         if self.env.is_main:

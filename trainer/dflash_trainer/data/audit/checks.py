@@ -33,6 +33,9 @@ class Check:
     is_rate: bool = True
     # Quantile floors: the share of rows below the floor must not exceed this quantile.
     quantile: float | None = None
+    # Judged on a scored sample, not on every row: a source is judged when its sample (the
+    # check's trials), not the source, has at least minSourceSamples rows.
+    sampled: bool = False
 
     @property
     def threshold_field(self) -> str:
@@ -99,7 +102,15 @@ CHECKS: tuple[Check, ...] = (
           "of answers re-tokenize differently from the engine's ids"),
     Check("mask_error_rate", "tokens", "max_mask_error_rate", "max",
           "of samples supervise more than the assistant's answer"),
+    # completions and tokens: the target-likelihood check (data/likelihood, docs section 8)
+    Check("off_distribution_rate", "*", "max_off_distribution_rate", "max",
+          "of scored rows are not what the target would generate", sampled=True),
 )  # fmt: skip
+LIKELIHOOD_CHECK = "off_distribution_rate"
+# Shape checks that a healthy source can trip with the target's own answers (a translation
+# answered in another script, code whose tables repeat): where the target scores a source's
+# rows as its own, their violation there is advisory (docs/audit-gates.md, section 8.4).
+DEFERS_TO_LIKELIHOOD = frozenset({"wrong_language_rate", "repetition_rate"})
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,8 @@ class Verdict:
     skipped: list[str]
     # Values across a limit that the bound does not confirm: reported, not failed.
     marginal: list[str] = field(default_factory=list)
+    # Shape-check violations in sources the target scores as its own: reported, not failed.
+    advisory: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -233,6 +246,7 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
     evaluated: list[str] = []
     skipped: list[str] = []
     marginal: list[str] = []
+    advisory: list[dict[str, Any]] = []
     for check in checks_for(metrics.gate):
         if check.name not in metrics.overall.values:
             skipped.append(check.name)
@@ -247,7 +261,9 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
         bad_sources: dict[str, float] = {}
         if check.per_source:
             for name, group in metrics.sources.items():
-                if group.samples < thresholds.min_source_samples and check.name != "source_samples":
+                if _size(check, group) < thresholds.min_source_samples and (
+                    check.name != "source_samples"
+                ):
                     continue
                 src_judged = is_confidently_violated(check, group, limit)
                 if src_judged:
@@ -257,7 +273,74 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
                         f"{check.name}: {name} {fmt_value(check, group.values[check.name])} "
                         f"on {group.samples:,} samples (within noise)"
                     )
+        if check.name in DEFERS_TO_LIKELIHOOD and (overall_bad or bad_sources):
+            overall_bad, bad_sources = _defer(check, metrics, thresholds, overall_bad,
+                                              bad_sources, advisory)  # fmt: skip
         if overall_bad or bad_sources:
             violations.append(build_violation(check, value, limit, overall_bad, bad_sources))
     violations.sort(key=lambda v: v.severity, reverse=True)
-    return Verdict(metrics.gate, not violations, violations, evaluated, skipped, marginal)
+    return Verdict(metrics.gate, not violations, violations, evaluated, skipped, marginal, advisory)
+
+
+def _size(check: Check, group: GroupMetrics) -> float:
+    """How many rows a check judges in a group: its sample for a sampled check."""
+    if check.sampled:
+        return group.counts.get(check.name, (0.0, 0.0))[1]
+    return group.samples
+
+
+def is_own(group: GroupMetrics, thresholds: Thresholds) -> bool:
+    """Whether the target scores a group's rows as its own: a sample large enough to be judged
+    whose off-distribution rate is within its limit."""
+    counts = group.counts.get(LIKELIHOOD_CHECK)
+    if counts is None or counts[1] < min(thresholds.min_source_samples, group.samples or 1):
+        return False
+    return group.values[LIKELIHOOD_CHECK] <= thresholds.max_off_distribution_rate
+
+
+def _defer(
+    check: Check,
+    metrics: GateMetrics,
+    thresholds: Thresholds,
+    overall_bad: bool,
+    bad_sources: dict[str, float],
+    advisory: list[dict[str, Any]],
+) -> tuple[bool, dict[str, float]]:
+    """Move the violation of a deferring shape check out of the sources the target scores as
+    its own (and out of the whole dataset when every source that crosses it is such a source)."""
+    excused = {n: v for n, v in bad_sources.items() if is_own(metrics.sources[n], thresholds)}
+    kept = {n: v for n, v in bad_sources.items() if n not in excused}
+    limit = float(getattr(thresholds, check.threshold))
+    crossing = [
+        name
+        for name, group in metrics.sources.items()
+        if group.values.get(check.name) is not None
+        and is_violated(check, group.values[check.name], limit)
+    ]
+    if not overall_bad or kept:
+        overall_excused = False
+    elif crossing:
+        overall_excused = all(is_own(metrics.sources[n], thresholds) for n in crossing)
+    else:  # no source crosses on its own: the whole dataset's sample decides
+        overall_excused = is_own(metrics.overall, thresholds)
+    if excused or overall_excused:
+        names = sorted(excused) or sorted(crossing)
+        groups = {n: metrics.sources[n] for n in names} or {"the whole dataset": metrics.overall}
+        advisory.append(
+            {
+                "check": check.name,
+                "thresholdField": check.threshold_field,
+                "sources": names,
+                "perSource": {n: round(g.values[check.name], 6) for n, g in groups.items()},
+                "message": (
+                    f"{check.name}: advisory in {', '.join(groups)}: the target scores their "
+                    "rows as its own ("
+                    + ", ".join(
+                        f"{n} {g.values[LIKELIHOOD_CHECK]:.1%} off-distribution"
+                        for n, g in groups.items()
+                    )
+                    + "): this shape is the target's own writing, not broken data"
+                ),
+            }
+        )
+    return overall_bad and not overall_excused, kept

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dflash_trainer.data.audit.checks import Verdict, evaluate
+from dflash_trainer.data.audit.checks import LIKELIHOOD_CHECK, Verdict, evaluate
 from dflash_trainer.data.audit.completion_features import CompletionSettings
 from dflash_trainer.data.audit.dataset import (
     COMPLETIONS_COLUMNS,
@@ -24,6 +24,19 @@ from dflash_trainer.data.audit.dataset import (
     resolve_files,
 )
 from dflash_trainer.data.audit.examples import ExampleCollector
+from dflash_trainer.data.audit.likelihood import (
+    ScoredSample,
+    attach_likelihood,
+    judge_scores,
+    least_likely_rows,
+    off_examples,
+)
+from dflash_trainer.data.audit.likelihood_scoring import (
+    build_sampling_rule,
+    load_scores,
+    resolve_scores,
+    score_here,
+)
 from dflash_trainer.data.audit.metrics import GateMetrics
 from dflash_trainer.data.audit.metrics_completions import CompletionsAccumulator
 from dflash_trainer.data.audit.metrics_tokens import TokenAuditSettings, TokensAccumulator
@@ -33,6 +46,7 @@ from dflash_trainer.data.audit.summary import build_console_summary, build_stage
 from dflash_trainer.data.audit.thresholds import Thresholds, load_thresholds
 from dflash_trainer.data.audit.vocab import VocabInfo
 from dflash_trainer.data.errors import BadInputError
+from dflash_trainer.data.regenerate.engine import SamplingSpec
 from dflash_trainer.data.stage_result import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -112,6 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="rows per batch (default: 16384 for tokens, 2048 for completions: long answers)",
     )
+    likelihood = p.add_argument_group(
+        "target likelihood (completions and tokens gates; docs/audit-gates.md section 8)"
+    )
+    likelihood.add_argument(
+        "--scores",
+        help="scores to judge (a folder with scores.parquet: the canary's, the score stage's); "
+        "default: score here when --model is a folder with weights",
+    )
+    likelihood.add_argument(
+        "--score-samples",
+        type=int,
+        metavar="N",
+        help="rows per source to score with --model's weights (default: samplesPerSource of "
+        "the thresholds, 64); 0 skips the likelihood check",
+    )
+    likelihood.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                            help="where --model scores (cpu: float32, cuda: bfloat16)")  # fmt: skip
+    sampling = SamplingSpec()
+    likelihood.add_argument("--temperature", type=float, default=sampling.temperature,
+                            help="the sampling the answers were generated with (0: greedy)")  # fmt: skip
+    likelihood.add_argument("--top-p", type=float, default=sampling.top_p)
+    likelihood.add_argument("--top-k", type=int, default=sampling.top_k, help="0: none")
+    likelihood.add_argument("--min-p", type=float, default=sampling.min_p)
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
     p.add_argument(
@@ -215,12 +252,13 @@ def add_tokenize_counts(metrics: GateMetrics, manifest: dict[str, Any]) -> None:
 
 
 def run_dataset_gate(
-    args: argparse.Namespace, gate: str, path: str, thresholds: Thresholds
+    args: argparse.Namespace, gate: str, path: str, thresholds: Thresholds, out: str
 ) -> tuple[GateMetrics, Verdict, dict[str, Any], dict[str, list[dict[str, Any]]]]:
     files = resolve_files(path)
     required = TOKENS_COLUMNS if gate == "tokens" else COMPLETIONS_COLUMNS
     for uri in files[:1]:
         check_columns(uri, read_schema(uri), required, gate)
+    scores = resolve_scores(args, thresholds.samples_per_source)
     tokenizer = None
     if args.model:
         from dflash_trainer.data.target import load_tokenizer
@@ -245,10 +283,22 @@ def run_dataset_gate(
     metrics = acc.finish()
     if gate == "tokens":
         add_tokenize_counts(metrics, manifest)
+    sample: ScoredSample | None = None
+    if scores.uri is None:
+        metrics.notes.append(f"the target-likelihood check was skipped: {scores.why}")
+    else:
+        per_source = (
+            thresholds.samples_per_source if args.score_samples is None else args.score_samples
+        )
+        rule = build_sampling_rule(args, thresholds.top_k)
+        uri = scores.uri or score_here(args, gate, files, tokenizer, rule, per_source, out)
+        table, meta = load_scores(uri)
+        sample = judge_scores(table, meta, uri, thresholds)
+        attach_likelihood(metrics, sample)
     verdict = evaluate(metrics, thresholds)
+    decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
     examples: dict[str, list[dict[str, Any]]] = {}
     if verdict.violations:
-        decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
         collector = ExampleCollector(
             metrics, verdict.violations, thresholds, settings, decode, completion_settings
         )
@@ -259,12 +309,46 @@ def run_dataset_gate(
         info |= {"maxSeqLen": settings.max_seq_len, "thinkEndId": settings.think_end_id}
     else:
         info |= {"maxNewTokens": completion_settings.max_new_tokens}
+    info["likelihood"] = build_likelihood_info(sample, scores.why, decode)
+    failed = next((v for v in verdict.violations if v.check == LIKELIHOOD_CHECK), None)
+    if sample is not None and failed is not None:
+        examples[LIKELIHOOD_CHECK] = off_examples(sample, failed.sources, decode)
     return metrics, verdict, info, examples
+
+
+def build_likelihood_info(sample: ScoredSample | None, why: str, decode: Any) -> dict[str, Any]:
+    """The report's `likelihood` section: how the rows were scored, or why they were not."""
+    if sample is None:
+        return {"skipped": why}
+    rule = sample.meta.rule
+    sampling = (
+        "greedy decoding"
+        if rule.greedy
+        else (
+            f"temperature {rule.temperature:g}, top-p {rule.top_p:g}, top-k {rule.top_k or 'none'}"
+            + (f", min-p {rule.min_p:g}" if rule.min_p else "")
+        )
+    )
+    return {
+        "scoresUri": sample.uri,
+        "scorer": sample.meta.scorer,
+        "model": sample.meta.model,
+        "sampling": sampling,
+        "rule": rule.to_json(),
+        "rowRule": {
+            "engineTolerance": sample.rule.engine_tolerance,
+            "nllTolerance": sample.rule.nll_tolerance,
+            "rowOutsideShare": sample.rule.row_outside_share,
+            "rowZ": sample.rule.row_z,
+        },
+        "topK": rule.share_k,
+        "leastLikely": least_likely_rows(sample, decode),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    for name in ("path", "run_root", "out", "thresholds", "sources"):
+    for name in ("path", "run_root", "out", "thresholds", "sources", "scores"):
         if getattr(args, name):
             setattr(args, name, to_local_uri(getattr(args, name)))
     gate, path = resolve_input(args)
@@ -273,15 +357,17 @@ def run(args: argparse.Namespace) -> int:
         thresholds = thresholds.model_copy(update={"expect_thinking": False})
     if args.batch_rows is None:
         args.batch_rows = COMPLETIONS_BATCH_ROWS if gate == "completions" else TOKENS_BATCH_ROWS
+    out = default_out(args, gate)
     if gate == "prompts":
         metrics, verdict, info, examples = run_prompts_gate(args, path, thresholds)
     else:
-        metrics, verdict, info, examples = run_dataset_gate(args, gate, path, thresholds)
+        metrics, verdict, info, examples = run_dataset_gate(args, gate, path, thresholds, out)
     info["seconds"] = round(time.monotonic() - started, 3)
+    likelihood = info.pop("likelihood", {})
     report = AuditReport(gate, path, verdict, metrics, thresholds, info, examples)
+    report.likelihood = likelihood
     if not args.no_plots:
         report.plots = build_plots(metrics, thresholds)
-    out = default_out(args, gate)
     report_uri = write_report(report, out)
     print(build_console_summary(report, report_uri, quiet=args.quiet))
     payload = build_stage_payload(report, report_uri)

@@ -31,9 +31,14 @@ def _binned(hist: IntHistogram, upper: int) -> tuple[np.ndarray, np.ndarray, int
 
 
 def build_histogram_png(
-    histograms: dict[str, IntHistogram], title: str, xlabel: str, marker: int | None = None
+    histograms: dict[str, IntHistogram],
+    title: str,
+    xlabel: str,
+    marker: int | None = None,
+    scale: float = 1.0,
 ) -> bytes:
-    """One small-multiples figure: the whole dataset first, then each source (largest first)."""
+    """One small-multiples figure: the whole dataset first, then each source (largest first).
+    `scale` is the width of one integer bin in the plotted unit (0.01: hundredths of a nat)."""
     import matplotlib  # imported here: it costs a second, and only reports draw
 
     matplotlib.use("Agg")  # headless pods have no display
@@ -57,11 +62,12 @@ def build_histogram_png(
         # One `stairs` artist per panel: a bar per bin is ~10x slower to draw (measured).
         edges = np.append(x, x[-1] + width) if len(x) else np.array([0, 1])
         color = "#3b6ea8" if name == OVERALL else "#6c8ebf"
-        ax.stairs(y if len(y) else np.zeros(1), edges, fill=True, color=color)
+        ax.stairs(y if len(y) else np.zeros(1), edges * scale, fill=True, color=color)
         mode, count = hist.mode()
         label = "all sources" if name == OVERALL else name
         share = count / hist.total if hist.total else 0.0
-        ax.set_title(f"{label} (n={hist.total:,}; mode {mode}: {share:.0%})", fontsize=9)
+        shown = f"{mode * scale:g}" if scale != 1.0 else f"{mode}"
+        ax.set_title(f"{label} (n={hist.total:,}; mode {shown}: {share:.0%})", fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         ax.tick_params(labelsize=7)
         if marker is not None:

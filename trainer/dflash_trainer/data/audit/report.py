@@ -20,7 +20,13 @@ PLOTS = {
     "seq_len": ("sequence lengths", "tokens per sample"),
     "output_tokens": ("generated tokens per answer", "generated tokens"),
     "thinking_tokens": ("reasoning tokens per answer", "reasoning tokens"),
+    "nll_per_token": (
+        "target NLL per supervised token of each scored row",
+        "mean NLL per token (nats)",
+    ),
 }
+# Plots whose integer bins stand for a finer unit (NLL: hundredths of a nat).
+PLOT_SCALES = {"nll_per_token": 0.01}
 CHECK_BY_NAME = {c.name: c for c in CHECKS}
 MAX_SOURCES_IN_TABLE = 40
 
@@ -35,6 +41,8 @@ class AuditReport:
     settings: dict[str, Any]
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     plots: dict[str, bytes] = field(default_factory=dict)
+    # The target-likelihood check: how it was scored (or why not) and the least likely rows.
+    likelihood: dict[str, Any] = field(default_factory=dict)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
 
@@ -45,7 +53,8 @@ def build_plots(metrics: GateMetrics, thresholds: Thresholds) -> dict[str, bytes
             continue
         title, xlabel = PLOTS.get(name, (name, name))
         marker = thresholds.stub_tokens if name in ("loss_mask_sum", "output_tokens") else None
-        out[f"{name}.png"] = build_histogram_png(per_group, title, xlabel, marker)
+        scale = PLOT_SCALES.get(name, 1.0)
+        out[f"{name}.png"] = build_histogram_png(per_group, title, xlabel, marker, scale)
     return out
 
 
@@ -78,6 +87,8 @@ def build_report_json(report: AuditReport) -> dict[str, Any]:
         "plots": sorted(report.plots),
         "notes": m.notes,
         "marginal": report.verdict.marginal,
+        "advisory": report.verdict.advisory,
+        "likelihood": report.likelihood,
     }
 
 
@@ -136,6 +147,7 @@ def build_report_markdown(report: AuditReport) -> str:
     lines.append("")
     for png in sorted(report.plots):
         lines += [f"![{png}]({png})", ""]
+    lines += build_likelihood_markdown(report)
     if report.examples:
         lines += ["## Examples (per failing check)", ""]
         for check, rows in report.examples.items():
@@ -144,12 +156,65 @@ def build_report_markdown(report: AuditReport) -> str:
             for row in rows:
                 lines += ["```", json.dumps(row, ensure_ascii=False, indent=1)[:2000], "```"]
             lines.append("")
-    if m.notes or v.skipped or v.marginal:
+    if m.notes or v.skipped or v.marginal or v.advisory:
         lines += ["## Notes", ""] + [f"- {n}" for n in m.notes]
         lines += [f"- across its limit but within sampling noise: {n}" for n in v.marginal]
+        lines += [f"- advisory (not failed): {a['message']}" for a in v.advisory]
         if v.skipped:
             lines.append(f"- checks not applicable to this data: {', '.join(v.skipped)}")
     return "\n".join(lines) + "\n"
+
+
+def build_likelihood_markdown(report: AuditReport) -> list[str]:
+    """The target-likelihood section: per-source figures, and the least likely rows with their
+    least likely tokens marked."""
+    info = report.likelihood
+    if not info:
+        return []
+    lines = ["## Target likelihood", ""]
+    if info.get("skipped"):
+        return [*lines, f"Skipped: {info['skipped']}.", ""]
+    lines += [
+        f"Scored by {info.get('scorer')} against {info.get('sampling')}: `{info.get('scoresUri')}`",
+        "",
+    ]
+    lines += ["| source | scored | off-distribution | mean NLL/token | p50 | p90 | outside support | "
+              f"outside top-{info.get('topK')} |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    m = report.metrics
+    for name, group in [(OVERALL, m.overall), *m.sources.items()]:
+        d = group.details.get("likelihood")
+        if not d:
+            continue
+        label = "**all**" if name == OVERALL else name
+        rate = d["offRows"] / d["scored"] if d["scored"] else 0.0
+        lines.append(
+            f"| {label} | {d['scored']:,} | {d['offRows']} ({rate:.1%}) | {d['meanNll']:.3f} | "
+            f"{d['nllP50']:.2f} | {d['nllP90']:.2f} | {d['outsideShare']:.2%} | {d['topKShare']:.2%} |"
+        )
+    lines += (
+        ["", "![nll_per_token.png](nll_per_token.png)", ""]
+        if "nll_per_token.png" in report.plots
+        else [""]
+    )
+    lines += ["### Least likely rows of each source (least likely tokens marked ⟦ ⟧)", ""]
+    for source, rows in (info.get("leastLikely") or {}).items():
+        lines += [f"**{source}**", ""]
+        for row in rows:
+            head = (f"- `{row['id']}`: {row['nllPerToken']:.3f} nats/token, {row['outsideTokens']} of "
+                    f"{row['tokens']} tokens outside the support, z {row['z']:.1f}"
+                    + (" - **off-distribution**" if row["offDistribution"] else ""))  # fmt: skip
+            lines.append(head)
+            if row.get("marked"):
+                lines += [
+                    "",
+                    "```",
+                    str(row.get("promptTail", ""))[-200:],
+                    "---",
+                    row["marked"][:1500],
+                    "```",
+                ]
+        lines.append("")
+    return lines
 
 
 def write_report(report: AuditReport, out: str) -> str:

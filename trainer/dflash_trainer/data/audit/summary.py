@@ -13,10 +13,11 @@ TAIL_CHECKS = ("repetition_rate", "silent_truncation_rate", "truncation_rate")
 KEY_METRICS = {
     "tokens": ("loss_mask_mode_share", "stub_rate", "no_anchor_rate", "supervised_fraction",
                "empty_thinking_rate", "seq_truncation_rate", "repetition_rate", "mask_error_rate",
-               "completion_tokens_p50"),
+               "completion_tokens_p50", "off_distribution_rate"),
     "completions": ("stub_rate", "empty_thinking_rate", "empty_response_rate", "truncation_rate",
                     "silent_truncation_rate", "duplicate_completion_rate", "repetition_rate",
-                    "wrong_language_rate", "completion_tokens_p50", "top_response_share"),
+                    "wrong_language_rate", "completion_tokens_p50", "top_response_share",
+                    "off_distribution_rate"),
     "prompts": ("malformed_rate", "role_error_rate", "empty_prompt_rate", "duplicate_rate"),
 }  # fmt: skip
 
@@ -32,6 +33,10 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
         return head
     lines = [head]
     lines += [f"  x {viol.message}" for viol in v.violations]
+    lines += [f"  ~ {a['message']}" for a in v.advisory]
+    likelihood = describe_likelihood(report)
+    if likelihood:
+        lines.append(f"  {likelihood}")
     keys = [k for k in KEY_METRICS.get(report.gate, ()) if k in m.overall.values]
     if keys and m.sources:
         width = max(len(n) for n in [*m.sources, "source"])
@@ -43,14 +48,31 @@ def build_console_summary(report: AuditReport, report_uri: str, quiet: bool = Fa
     for check, rows_ in report.examples.items():
         if rows_:
             first = rows_[0]
-            key: str = next(
-                k for k in ("supervised", "response", "supervisedIds", "where") if k in first
-            )
+            shown_keys = ("supervised", "response", "supervisedIds", "where", "marked")
+            found = next((k for k in shown_keys if k in first), None)
+            if found is None:
+                continue
+            key: str = found
             if check in TAIL_CHECKS:
                 key = next((k for k in ("supervisedTail", "responseTail") if k in first), key)
             shown = first[key]
             lines.append(f"  example ({check}, {first.get('source')}): {shown!r}"[:300])
     return "\n".join(lines)
+
+
+def describe_likelihood(report: AuditReport) -> str:
+    """One plain line: what the target-likelihood check scored, or that it was skipped."""
+    info = report.likelihood
+    if not info:
+        return ""
+    if info.get("skipped"):
+        return f"likelihood check skipped: {info['skipped']}"
+    d = report.metrics.overall.details.get("likelihood") or {}
+    return (
+        f"likelihood: {d.get('scored', 0):,} rows scored by {info.get('scorer')} against "
+        f"{info.get('sampling')}: {d.get('offRows', 0)} off-distribution, mean NLL "
+        f"{d.get('meanNll', 0):.3f} nats/token"
+    )
 
 
 def describe_violation(x: Violation) -> str:
@@ -89,4 +111,5 @@ def build_stage_payload(report: AuditReport, report_uri: str) -> dict[str, Any]:
         "metrics": {"samples": m.overall.samples}
         | {k: round(m.overall.values[k], 4) for k in keys if k in CHECK_BY_NAME},
         "reportUri": report_uri,
+        **({"advisory": [a["message"] for a in v.advisory][:4]} if v.advisory else {}),
     }

@@ -228,6 +228,67 @@ class Thresholds(BaseModel):
         "answers: the prompt, a turn header, or everything (an all-ones mask).",
     )
 
+    # --- the target-likelihood check (all gates that judge completions or tokens) --------
+    max_off_distribution_rate: float = Rate(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most scored rows allowed that the target would not have generated under "
+        "the regeneration's sampling settings (off-distribution: tokens outside the sampler's "
+        "support, or an NLL far above the sampler's own draws).",
+    )
+    samples_per_source: int = Field(
+        default=64,
+        ge=0,
+        description="Rows of each source scored under the target when the completions were "
+        "imported (regeneration disabled), and by dflash-audit --model by default; 0 disables "
+        "that scoring. The canary scores every row it regenerated.",
+    )
+    top_k: int = Field(
+        default=20,
+        ge=1,
+        le=1024,
+        description="k of the reported top-k share when the sampling has no top-k (greedy: 1; "
+        "else regeneration's top-k, 20).",
+    )
+    engine_tolerance: float = Field(
+        default=0.5,
+        ge=0,
+        le=20,
+        description="Nats: a token lies outside the sampler's support only when its "
+        "log-probability is more than this below the support's boundary (numerical "
+        "differences between the generating engine and the scorer, e.g. vLLM bf16 vs "
+        "transformers).",
+    )
+    nll_tolerance: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Nats per token subtracted from a row's NLL excess before its z-score: "
+        "a systematic bias between engines is not taken for a wrong distribution.",
+    )
+    row_outside_share: float = Rate(
+        default=0.005,
+        ge=0,
+        le=1,
+        description="A row is off-distribution when more than this share of its supervised "
+        "tokens lie outside the sampler's support (a 200-token row: one token).",
+    )
+    row_z: float = Field(
+        default=4.0,
+        gt=0,
+        le=100,
+        description="... or when its NLL exceeds the sampler's expectation by more than this "
+        "many standard deviations (healthy rows: z ~ N(0, 1)).",
+    )
+    monitor_every_steps: int = Field(
+        default=10,
+        ge=0,
+        description="Training scores the supervised tokens of every Nth step's batch under "
+        "the target and stops the run (AuditFailed) when a source's off-distribution rate "
+        "crosses maxOffDistributionRate; 0 disables the monitor.",
+    )
+
 
 # Fields that tune how checks measure rather than bound one check: every other field is the
 # threshold of exactly the check named after it (`maxStubRate` bounds `stub_rate`).
@@ -238,6 +299,13 @@ SETTINGS = frozenset(
         "expect_thinking",
         "min_thinking_tokens",
         "loop_ngram_share",
+        "samples_per_source",
+        "top_k",
+        "engine_tolerance",
+        "nll_tolerance",
+        "row_outside_share",
+        "row_z",
+        "monitor_every_steps",
     }
 )
 

@@ -116,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="regenerate only the canary (N fixed samples of every source) into "
         "<run-root>/canary/regen; without it, a shard reuses committed canary answers",
     )
+    p.add_argument(
+        "--score-likelihood",
+        action="store_true",
+        help="canary only: score every canary row under the target it loaded, into "
+        "<run-root>/canary/likelihood (the canary gate's target-likelihood check)",
+    )
+    p.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=3072,
+        help="with --score-likelihood: the training length rows are tokenized to "
+        "(spec.tokenization.maxSeqLen)",
+    )
     p.add_argument("--termination-log", help="default /dev/termination-log when it exists")
     return p
 
@@ -136,6 +149,12 @@ def validate(args: argparse.Namespace) -> None:
         raise BadInputError(
             f"--canary-samples-per-source {args.canary_samples_per_source}: must be at least 1"
         )
+    if args.score_likelihood and args.canary_samples_per_source is None:
+        raise BadInputError("--score-likelihood scores the canary: add --canary-samples-per-source")
+    if args.score_likelihood and not args.model:
+        raise BadInputError("--score-likelihood needs --model (the target that scores)")
+    if args.max_seq_len < 2:
+        raise BadInputError(f"--max-seq-len {args.max_seq_len}: must be at least 2")
     if args.max_tokens < 1 or args.part_rows < 1 or args.in_flight < 1:
         raise BadInputError("--max-new-tokens, --part-rows and --in-flight must be at least 1")
     try:
@@ -286,20 +305,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sample = fingerprint(sorted(r.id for r in chosen))
         if not is_current(store, settings, sample):
             discard(store)
+    sampling = SamplingSpec(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        max_tokens=args.max_tokens, seed=args.seed, repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+    )  # fmt: skip
     if store.is_committed():
         done = store.read_commit()
-        return base | {
+        result = base | {
             "ok": True,
             "skipped": True,
             "samples": done.get("samples", 0),
             "outputTokens": done.get("outputTokens", 0),
             "message": f"{label} was already committed; nothing to do",
         }
-    sampling = SamplingSpec(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        max_tokens=args.max_tokens, seed=args.seed, repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty,
-    )  # fmt: skip
+        if canary and args.score_likelihood:
+            result |= score_committed_canary(args, store, sampling)
+        return result
     plan = ShardPlan(
         args.shard,
         args.shards,
@@ -337,19 +359,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         | {"sources": [s.to_dict() | {"examples": {}} for s in stats.sources.values()]},
     }
     manifest = store.commit(counts.parts, extra)
-    return base | {
-        "ok": True,
-        "skipped": False,
-        "samples": manifest["samples"],
-        "outputTokens": manifest["outputTokens"],
-        "resumedFrom": counts.already_done,
-        "overlongPrompts": counts.overlong,
-        "malformedRows": stats.total("malformed"),
-        "fromCanary": counts.from_canary,
-        "message": f"{label} committed: {manifest['samples']} rows, {manifest['outputTokens']} "
-        f"output tokens"
-        + (f" ({counts.from_canary} samples from the canary)" if counts.from_canary else ""),
-    }
+    scores: dict[str, Any] = {}
+    if canary and args.score_likelihood:
+        from dflash_trainer.data.regenerate.canary_scores import build_rule, score_canary
+
+        scores = score_canary(args, store, runner.target, runner.engine, build_rule(sampling))
+    return (
+        scores
+        | base
+        | {
+            "ok": True,
+            "skipped": False,
+            "samples": manifest["samples"],
+            "outputTokens": manifest["outputTokens"],
+            "resumedFrom": counts.already_done,
+            "overlongPrompts": counts.overlong,
+            "malformedRows": stats.total("malformed"),
+            "fromCanary": counts.from_canary,
+            "message": f"{label} committed: {manifest['samples']} rows, {manifest['outputTokens']} "
+            f"output tokens"
+            + (f" ({counts.from_canary} samples from the canary)" if counts.from_canary else ""),
+        }
+    )
+
+
+def score_committed_canary(
+    args: argparse.Namespace, store: ShardStore, sampling: SamplingSpec
+) -> dict[str, Any]:
+    """A committed canary whose scores are missing or stale: load the target and score it."""
+    from dflash_trainer.data.regenerate.canary_scores import (
+        build_rule,
+        is_scored,
+        score_canary,
+        scores_key,
+    )
+
+    if is_scored(args.run_root, scores_key(store, args.max_seq_len)):
+        return score_canary(args, store, None, None, build_rule(sampling))
+    target = Target(args)
+    engine = build_engine(args, target, sampling)
+    try:
+        return score_canary(args, store, target, engine, build_rule(sampling))
+    finally:
+        engine.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,11 +7,11 @@
 
 local RUNNING = {
   Pending = true, FetchingModel = true, Canary = true, AuditingCanary = true,
-  Regenerating = true,
+  Regenerating = true, Scoring = true,
   AuditingCompletions = true, Tokenizing = true, AuditingTokens = true, Training = true,
   Evaluating = true,
 }
-local GATES = { "prompts", "canary", "completions", "tokens" }
+local GATES = { "prompts", "canary", "completions", "tokens", "training" }
 
 local function text(value)
   if type(value) == "string" and value ~= "" then

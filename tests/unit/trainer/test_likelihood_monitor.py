@@ -1,0 +1,116 @@
+"""The in-training likelihood monitor on a tiny target: its own greedy continuations pass every
+monitored step; a source whose answers the target would not write (another model's greedy
+answers to the same prompts) stops training within a bounded number of steps, naming the
+source and the step, without a checkpoint or an export of the bad run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from dflash_trainer.eval.greedy import build_self_distill_samples
+from dflash_trainer.train.config import TrainConfig
+from dflash_trainer.train.distributed import init_distributed
+from dflash_trainer.train.trainer import Trainer
+
+from .conftest import TINY_QWEN3, build_tiny_target
+
+ROWS = 48  # per source
+PROMPT, ANSWER = 8, 24
+EVERY = 2
+MIN_ROWS = 8
+
+
+def own_rows(seed: int, model_seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """A target's greedy continuations of random prompts (`model_seed` 0: the run's target,
+    what it would write itself; another seed: another model's answers)."""
+    target = build_tiny_target(TINY_QWEN3, seed=model_seed)
+    ids, mask = build_self_distill_samples(
+        target.model, samples=ROWS, prompt_tokens=PROMPT, answer_tokens=ANSWER,
+        vocab_size=TINY_QWEN3["vocab_size"], seed=seed, avoid=511,
+    )  # fmt: skip
+    return [(row.tolist(), m.tolist()) for row, m in zip(ids, mask.to(torch.int8), strict=True)]
+
+
+def write(folder: Path, sources: dict[str, list[tuple[list[int], list[int]]]]) -> Path:
+    folder.mkdir(parents=True)
+    shards = []
+    for n, (name, rows) in enumerate(sources.items()):
+        table = pa.table(
+            {
+                "id": [f"{name}-{i}" for i in range(len(rows))],
+                "source": [name] * len(rows),
+                "input_ids": pa.array([r[0] for r in rows], type=pa.list_(pa.int32())),
+                "loss_mask": pa.array([r[1] for r in rows], type=pa.list_(pa.int8())),
+            }
+        )
+        pq.write_table(table, folder / f"shard-{n:05d}.parquet")
+        shards.append({"path": f"shard-{n:05d}.parquet", "rows": len(rows)})
+    (folder / "_SUCCESS.json").write_text(json.dumps({"shards": shards}))
+    return folder
+
+
+def config(quick_config: Callable[..., dict[str, Any]], tokenized: Path) -> TrainConfig:
+    cfg = quick_config(
+        data={"tokenized_uri": str(tokenized), "max_seq_len": 64, "batch_size": 8,
+              "self_distill": None},
+        optim={"lr": 3e-3, "max_steps": 24, "warmup_ratio": 0.0},
+        likelihood={"every_steps": EVERY, "temperature": 0.0, "min_source_rows": MIN_ROWS},
+    )  # fmt: skip
+    cfg["data"].pop("self_distill")
+    return TrainConfig.model_validate(cfg)
+
+
+@pytest.fixture(scope="module")
+def good() -> list[tuple[list[int], list[int]]]:
+    return own_rows(seed=3)
+
+
+def test_the_targets_own_answers_pass_every_monitored_step(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    tokenized = write(tmp_path / "tokenized", {"own": good, "own-too": own_rows(seed=4)})
+    trainer = Trainer(config(quick_config, tokenized), init_distributed(timeout_minutes=5))
+    result = trainer.run()
+    assert result.audit is None and result.step == 24
+    assert trainer.monitor is not None
+    snapshot = trainer.monitor.snapshot()
+    assert snapshot["verdict"] == "pass" and snapshot["offRows"] == 0
+    assert snapshot["scoredRows"] == 12 * 8  # 12 monitored steps of 8 rows
+    assert set(snapshot["sources"]) == {"own", "own-too"}
+
+
+def test_another_models_answers_stop_training_naming_the_source_and_the_step(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    other = own_rows(seed=3, model_seed=7)  # the same prompts, answered by another model
+    assert [r[0][:PROMPT] for r in other] == [r[0][:PROMPT] for r in good]
+    tokenized = write(tmp_path / "tokenized", {"own": good, "other-model": other})
+    cfg = config(quick_config, tokenized)
+    trainer = Trainer(cfg, init_distributed(timeout_minutes=5))
+    result = trainer.run()
+
+    assert result.audit is not None, "the monitor did not stop training"
+    audit = result.audit
+    assert audit["gate"] == "training" and audit["verdict"] == "fail"
+    (violation,) = audit["violations"]
+    assert violation["sources"] == ["other-model"]  # the healthy source is never named
+    # Half of each 8-row batch is that source on average: MIN_ROWS of its rows come within a
+    # few scored steps, and the bound is met as soon as they are judged.
+    assert audit["step"] <= 6 * EVERY and audit["step"] % EVERY == 0
+    assert f"by step {audit['step']}" in violation["message"]
+    assert result.step == audit["step"] and result.final_uri is None
+    assert not (Path(cfg.run_root) / "final").exists()
+    report = json.loads(Path(cfg.likelihood_report_uri, "report.json").read_text())
+    assert report["likelihood"]["sources"]["own"]["offRows"] == 0
+    assert report["likelihood"]["sources"]["other-model"]["offDistributionRate"] > 0.5
