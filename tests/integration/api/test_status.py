@@ -34,8 +34,10 @@ from dflash_operator.api.status_parts import (
     GpuHours,
     ModelCopyResult,
     RegenerationProgress,
+    SourceLikelihood,
     StageProgress,
     TokenizationResult,
+    TrainingLikelihood,
     TrainingProgress,
 )
 
@@ -75,6 +77,7 @@ def full_status() -> DFlashRunStatus:
         canary=audit_result(Gate.CANARY, Verdict.PASS),
         completions=audit_result(Gate.COMPLETIONS, Verdict.FAIL),
         tokens=audit_result(Gate.TOKENS, Verdict.PASS),
+        training=audit_result(Gate.TRAINING, Verdict.PASS),
     )
     return DFlashRunStatus(
         phase=Phase.TRAINING,
@@ -143,6 +146,19 @@ def full_status() -> DFlashRunStatus:
             tokens_per_second=52000.5,
             eta_seconds=86400,
             updated_at=T0,
+            likelihood=TrainingLikelihood(
+                step=12000,
+                every_steps=10,
+                scored_rows=4800,
+                off_rows=310,
+                max_off_distribution_rate=0.05,
+                verdict=Verdict.FAIL,
+                sources={
+                    "openorca": SourceLikelihood(
+                        scored_rows=600, off_rows=300, off_distribution_rate=0.5, mean_nll=2.4
+                    )
+                },
+            ),
         ),
         checkpoint=CheckpointStatus(
             uri="s3://b/p/ns/r/uid/checkpoints/step-000012000/", step=12000, time=T0, sha256=SHA
@@ -248,7 +264,7 @@ def test_kubectl_get_shows_phase_progress_loss_checkpoint_and_wide_columns(
     assert wide[0] == [*narrow[0], "TARGET", "AUDIT", "POOLS"]
     assert wide[1][7:] == [
         "Qwen/Qwen3-8B",
-        "prompts=pass canary=pass completions=approved tokens=pass",
+        "prompts=pass canary=pass completions=approved tokens=pass training=pass",
         "regen=b200 train=rtx-pro-6000",
     ]
 

@@ -42,6 +42,23 @@ def held_pools(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return pools
 
 
+def imported_spec(make_spec: Any, **overrides: Any) -> dict[str, Any]:
+    """A run of completions regenerated elsewhere (regeneration off): its first stage is the
+    score stage, placed on the cpu pool so that any test queue admits it."""
+    spec: dict[str, Any] = make_spec(
+        **{
+            "regeneration": {"enabled": False, "nodePool": "cpu"},
+            "data": {
+                "sources": [
+                    {"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}
+                ]
+            },
+            **overrides,
+        }
+    )
+    return spec
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -73,10 +90,19 @@ STAGE_PHASES = {
 }  # fmt: skip
 # The canary's stages, for runs that have one (base_spec turns it off).
 CANARY_PHASES = {"canary": "Canary", "audit-canary": "AuditingCanary"}
+# Runs of imported completions (regeneration off) start with the score stage instead.
+IMPORTED_PHASES = {"score": "Scoring"}
 STAGE_RESULTS: dict[str, dict[str, Any]] = {
     "canary": {"stage": "regenerate", "ok": True, "canary": True, "samples": 16},
     "audit-canary": {"stage": "audit", "ok": True, "verdict": "pass"},
     "regen": {"stage": "regenerate", "ok": True, "samples": 100, "outputTokens": 5000},
+    "score": {
+        "stage": "score",
+        "ok": True,
+        "samples": 100,
+        "scored": 64,
+        "scoresUri": "s3://artifacts/likelihood/sample/",
+    },
     "audit-completions": {"stage": "audit", "ok": True, "verdict": "pass"},
     "tokenize": {"stage": "tokenize", "ok": True, "samples": 200, "tokens": 90000},
     "audit-tokens": {"stage": "audit", "ok": True, "verdict": "pass"},
@@ -251,6 +277,12 @@ class Harness:
         """Wait for `count` running pods of the child and end them all with `result`."""
         for pod in self.running_pods(child, count):
             self.finish_pod(pod, result, exit_code)
+
+    def finish_score(self, run: str) -> None:
+        """End an imported run's score stage (its first) as a passing score pod would."""
+        child = f"{run}-score"
+        wait_for(child, lambda: child in self.names("jobs"))
+        self.finish(child, self.stage_results["score"])
 
     def trainer_kubeconfig(self, run: str) -> Path:
         """Credentials of the run's trainer ServiceAccount (as its pods would have)."""

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from dflash_dev.kube_wait import wait_for
 
+from .conftest import imported_spec
+
 STUB_FAIL = {
     "stage": "audit", "ok": False, "gate": "completions", "verdict": "fail",
     "violations": [{"check": "maxStubRate", "value": 0.871, "threshold": 0.05, "message": "stub responses 87.1% > 5%"}],
@@ -136,14 +138,10 @@ def test_training_fails_the_run_after_max_restarts_with_the_last_pod_failure(
     harness: Any, make_spec: Any
 ) -> None:
     harness.start_operator()
-    spec = make_spec(
-        regeneration={"enabled": False},
-        data={
-            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
-        },
-    )
+    spec = imported_spec(make_spec)
     spec["training"] = {"nodes": 1, "gpusPerNode": 1, "maxRestarts": 2}
     harness.apply_run("r1", spec)
+    harness.finish_score("r1")
     for stage in ("audit-completions", "tokenize", "audit-tokens"):
         wait_for(f"r1-{stage}", lambda stage=stage: f"r1-{stage}" in harness.names("jobs"))
         harness.finish(f"r1-{stage}", {"verdict": "pass"})

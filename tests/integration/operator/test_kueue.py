@@ -14,6 +14,8 @@ import pytest
 import yaml
 from dflash_dev.kube_wait import get_json, wait_for
 
+from .conftest import imported_spec
+
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RTX_PRODUCT = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
 # The issue's figure: a suspended child is written 0 times over this long.
@@ -59,17 +61,15 @@ def queue(harness: Any) -> Iterator[str]:
 
 def to_training(harness: Any, make_spec: Any, name: str, **extra: Any) -> None:
     """A run with regenerated data (no regeneration), through its gates, to its training."""
-    spec = make_spec(
+    spec = imported_spec(
+        make_spec,
         **extra,
-        regeneration={"enabled": False},
-        data={
-            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
-        },
         # 2 pods x 2 GPUs: one node's quota, admitted by Kueue as one gang (all pods or none)
         training={"nodes": 2, "gpusPerNode": 2, "maxRestarts": 1},
         evaluation={"enabled": False},
     )
     harness.apply_run(name, spec)
+    harness.finish_score(name)
     for stage in ("audit-completions", "tokenize", "audit-tokens"):
         child = f"{name}-{stage}"
         wait_for(child, lambda child=child: child in harness.names("jobs"))

@@ -9,6 +9,8 @@ from typing import Any
 
 from dflash_dev.kube_wait import wait_for
 
+from .conftest import imported_spec
+
 
 def metric(text: str, name: str, labels: str = "") -> float | None:
     pattern = (
@@ -28,17 +30,8 @@ def test_liveness_and_metrics_report_runs_reconciles_and_gate_failures(
         f"http://127.0.0.1:{process.health_port}/healthz", timeout=5
     ) as answer:
         assert answer.status == 200
-    harness.apply_run(
-        "r1",
-        make_spec(
-            regeneration={"enabled": False},
-            data={
-                "sources": [
-                    {"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}
-                ]
-            },
-        ),
-    )
+    harness.apply_run("r1", imported_spec(make_spec))
+    harness.finish_score("r1")
     harness.wait_phase("r1", "AuditingCompletions")
     harness.finish(
         "r1-audit-completions",
@@ -60,7 +53,8 @@ def test_liveness_and_metrics_report_runs_reconciles_and_gate_failures(
     assert (metric(text, "dflash_reconcile_duration_seconds_count") or 0) >= 2
     assert (metric(text, "dflash_reconciles_total", 'result="ok"') or 0) >= 2
     assert metric(text, "dflash_reconcile_errors_total") in (None, 0.0)
-    assert (metric(text, "dflash_children_created_total", 'kind="Job"') or 0) == 1
+    # the score Job and the completions audit Job
+    assert (metric(text, "dflash_children_created_total", 'kind="Job"') or 0) == 2
     assert (
         metric(text, "dflash_api_requests_total", 'code="200",kind="DFlashRun",verb="PATCH"') or 0
     ) >= 1

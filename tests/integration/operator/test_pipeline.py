@@ -11,6 +11,8 @@ from typing import Any
 from dflash_dev import binaries
 from dflash_dev.kube_wait import get_json, wait_for
 
+from .conftest import imported_spec
+
 REPORT = "s3://artifacts/dflash/ns/r1/uid/audit/completions/"
 
 
@@ -189,17 +191,11 @@ def test_the_trainers_account_may_patch_its_runs_status_and_nothing_more(
     harness.start_operator()
     harness.apply_run(
         "r1",
-        make_spec(
-            regeneration={"enabled": False},
-            data={
-                "sources": [
-                    {"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}
-                ]
-            },
-        ),
+        imported_spec(make_spec),
     )
     harness.apply_run("other", make_spec(suspend=True))
     harness.wait_phase("other", "Suspended")
+    harness.finish_score("r1")
     harness.wait_phase("r1", "AuditingCompletions")
     harness.finish("r1-audit-completions", {"verdict": "pass"})
     harness.wait_phase("r1", "Tokenizing")

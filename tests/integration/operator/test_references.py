@@ -16,6 +16,8 @@ import pytest
 import yaml
 from dflash_dev.kube_wait import wait_for
 
+from .conftest import imported_spec
+
 # Another retry of the creation (10 s) and two resyncs (5 s) while the object is missing.
 QUIET_SECONDS = 12
 
@@ -51,17 +53,9 @@ def cpu_queue(harness: Any) -> Iterator[str]:
     harness.cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
 
 
-def audit_first(make_spec: Any, **extra: Any) -> dict[str, Any]:
-    """A run whose first stage is the completions audit (regenerated data, on the cpu pool)."""
-    spec: dict[str, Any] = make_spec(
-        **extra,
-        regeneration={"enabled": False},
-        data={
-            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
-        },
-        evaluation={"enabled": False},
-    )
-    return spec
+def score_first(make_spec: Any, **extra: Any) -> dict[str, Any]:
+    """A run whose first stage is the score stage (imported completions, on the cpu pool)."""
+    return imported_spec(make_spec, **extra, evaluation={"enabled": False})
 
 
 def missing_condition(harness: Any, run: str, type_: str) -> dict[str, Any]:
@@ -81,16 +75,16 @@ def test_a_queued_run_naming_a_missing_priority_class_says_so_and_goes_on_once_i
 ) -> None:
     priority = f"dflash-refs-{harness.namespace[-6:]}"
     operator = harness.start_operator()
-    harness.apply_run("r1", audit_first(make_spec, queueName=cpu_queue, priorityClassName=priority))
+    harness.apply_run("r1", score_first(make_spec, queueName=cpu_queue, priorityClassName=priority))
 
-    condition = missing_condition(harness, "r1", "CompletionsAudited")
+    condition = missing_condition(harness, "r1", "LikelihoodScored")
     assert condition["status"] == "False"
     assert condition["message"].startswith(
-        f"audit-completions cannot start: PriorityClass {priority} (named by "
+        f"score cannot start: PriorityClass {priority} (named by "
         "spec.priorityClassName) does not exist. Create it, or change the field that names it"
     )
     status = harness.status("r1")
-    assert status["phase"] == "AuditingCompletions" and status["message"] == condition["message"]
+    assert status["phase"] == "Scoring" and status["message"] == condition["message"]
     assert harness.names("jobs") == []  # no child waits on it (the ConfigMap is made)
     time.sleep(QUIET_SECONDS)
     assert harness.names("jobs") == []
@@ -100,14 +94,13 @@ def test_a_queued_run_naming_a_missing_priority_class_says_so_and_goes_on_once_i
           "metadata": {"name": priority}, "value": 100, "preemptionPolicy": "Never"}  # fmt: skip
     harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pc))
     try:
-        wait_for("the audit Job", lambda: "r1-audit-completions" in harness.names("jobs"))
-        (pod,) = harness.running_pods("r1-audit-completions", 1)  # Kueue admitted it
+        wait_for("the score Job", lambda: "r1-score" in harness.names("jobs"))
+        (pod,) = harness.running_pods("r1-score", 1)  # Kueue admitted it
         assert pod["spec"]["priorityClassName"] == priority
         wait_for(
-            "CompletionsAudited to say StageRunning",
+            "LikelihoodScored to say StageRunning",
             lambda: (
-                (harness.condition("r1", "CompletionsAudited") or {}).get("reason")
-                == "StageRunning"
+                (harness.condition("r1", "LikelihoodScored") or {}).get("reason") == "StageRunning"
             ),
         )
         admitted = wait_for(
@@ -125,10 +118,10 @@ def test_a_run_naming_a_missing_queue_and_account_names_both_and_goes_on_once_th
     harness: Any, make_spec: Any, cpu_queue: str
 ) -> None:
     harness.start_operator()
-    spec = audit_first(make_spec, queueName="later", serviceAccountName="s3-reader")
+    spec = score_first(make_spec, queueName="later", serviceAccountName="s3-reader")
     harness.apply_run("r1", spec)
 
-    condition = missing_condition(harness, "r1", "CompletionsAudited")
+    condition = missing_condition(harness, "r1", "LikelihoodScored")
     ns = harness.namespace
     assert (
         f"LocalQueue later (named by spec.queueName) does not exist in namespace {ns}; "
@@ -141,7 +134,7 @@ def test_a_run_naming_a_missing_queue_and_account_names_both_and_goes_on_once_th
     condition = wait_for(
         "only the queue to be missing",
         lambda: (
-            (c := harness.condition("r1", "CompletionsAudited"))
+            (c := harness.condition("r1", "LikelihoodScored"))
             and "ServiceAccount" not in c["message"]
             and c
         ),
@@ -151,6 +144,6 @@ def test_a_run_naming_a_missing_queue_and_account_names_both_and_goes_on_once_th
              "metadata": {"name": "later", "namespace": ns},
              "spec": {"clusterQueue": f"refs-{ns[-6:]}"}}  # fmt: skip
     harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(queue))
-    (pod,) = harness.running_pods("r1-audit-completions", 1)
+    (pod,) = harness.running_pods("r1-score", 1)
     assert pod["spec"]["serviceAccountName"] == "s3-reader"
     assert warning_reasons(harness, "r1") == ["ObjectMissing"]

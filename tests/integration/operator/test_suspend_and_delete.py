@@ -9,16 +9,14 @@ from typing import Any
 
 from dflash_dev.kube_wait import get_json, wait_for
 
+from .conftest import imported_spec
+
 
 def to_training(harness: Any, make_spec: Any) -> None:
     harness.start_operator()
-    spec = make_spec(
-        regeneration={"enabled": False},
-        data={
-            "sources": [{"name": "done", "uri": "s3://datasets/regen/", "format": "regenerated"}]
-        },
-    )
+    spec = imported_spec(make_spec)
     harness.apply_run("r1", spec)
+    harness.finish_score("r1")
     for stage in ("audit-completions", "tokenize", "audit-tokens"):
         wait_for(f"r1-{stage}", lambda stage=stage: f"r1-{stage}" in harness.names("jobs"))
         harness.finish(f"r1-{stage}", {"verdict": "pass"})
