@@ -132,6 +132,7 @@ def bench_tolerance(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from dflash_trainer.data.chat_template import ChatTemplate
     from dflash_trainer.data.likelihood.hf_scorer import HfScorer
+    from dflash_trainer.data.likelihood.rows import RowRule
     from dflash_trainer.data.likelihood.rule import SamplingRule
     from dflash_trainer.data.likelihood.sample import tokenize_completions
     from dflash_trainer.data.regenerate.cli import main as regenerate
@@ -187,12 +188,17 @@ def bench_tolerance(args: argparse.Namespace) -> dict[str, Any]:
                 "off_rows_fp32": int(_figures(full, rule).off.sum()),
                 "z_fp32_median": round(float(np.median(z_fp32)), 3),
                 "z_fp32_max": round(float(np.max(z_fp32)), 3),
+                # Without nllTolerance's shift (0.01 nats x n / sqrt(sum of variances)): how
+                # much of z's offset below 0 is the tolerance, and how much the rule itself.
+                "z_fp32_untolerated_median": round(
+                    float(np.median(_figures(full, rule, RowRule(nll_tolerance=0.0)).z)), 3
+                ),
             }
     return out
 
 
-def _figures(rows: list[Any], rule: Any) -> Any:
-    """Row figures (the gates' rule, default settings) of a scorer's rows."""
+def _figures(rows: list[Any], rule: Any, row_rule: Any = None) -> Any:
+    """Row figures (the gates' rule, default settings unless given) of a scorer's rows."""
     import numpy as np
     from dflash_trainer.data.likelihood.rows import RowRule, build_row_figures
 
@@ -201,7 +207,7 @@ def _figures(rows: list[Any], rule: Any) -> Any:
         n: np.concatenate([getattr(r, n) for r in rows]) for n in ("lp", "rank", "gap", "mu", "var")
     }
     return build_row_figures(offsets, cat["lp"], cat["rank"], cat["gap"], cat["mu"], cat["var"],
-                             rule.share_k, RowRule())  # fmt: skip
+                             rule.share_k, row_rule or RowRule())  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
