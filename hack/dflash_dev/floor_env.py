@@ -12,6 +12,7 @@ never loaded on CPU) and the lock's triton, and the downloads are torch and a fe
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,15 @@ FLOOR = {"torch": "2.11.0", "transformers": "5.17.0", "huggingface-hub": "1.33.0
 EXTRA = {"nvidia-curand": "10.4.0.35"}
 COMPLETE = ".dflash-complete"
 BASE_PTH = "_dflash_base_venv.pth"
+# The environment is cached per version set and shared by every checkout, so it names no
+# checkout's .venv: the caller says which one through this variable (`make
+# test-version-floor`, `main`). An `import` line of a .pth runs at start-up; addsitedir also
+# reads that .venv's own .pth files (the editable workspace packages), and appends, so the
+# floor's packages win.
+BASE_SITE_VAR = "DFLASH_FLOOR_BASE_SITE"
+BASE_PTH_LINE = (
+    f"import os, site; base = os.environ.get({BASE_SITE_VAR!r}); base and site.addsitedir(base)\n"
+)
 
 
 def env_root() -> Path:
@@ -51,6 +61,7 @@ def ensure() -> Path:
     root = env_root()
     python = root / "bin" / "python"
     if (root / COMPLETE).exists() and python.exists():
+        _write_base_pth(python)  # an environment built before BASE_SITE_VAR named a .venv
         return python
     shutil.rmtree(root, ignore_errors=True)
     uv = uv_binary()
@@ -63,20 +74,29 @@ def ensure() -> Path:
     _run([uv, "pip", "install", "--quiet", "--no-deps", "--python", str(python), *torch_stack])
     _run([uv, "pip", "install", "--quiet", "--python", str(python), "--exclude-newer",
           EXCLUDE_NEWER, *(pin for pin in pins if pin not in torch_stack)])  # fmt: skip
+    _write_base_pth(python)
+    (root / COMPLETE).write_text(" ".join(pins) + "\n")
+    return python
+
+
+def _write_base_pth(python: Path) -> None:
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    # An `import` line of a .pth runs at start-up: addsitedir also reads the .venv's own .pth
-    # files (the editable workspace packages), and appends, so the floor's packages win.
-    (Path(site) / BASE_PTH).write_text(f"import site; site.addsitedir({base_site_packages()!r})\n")
-    (root / COMPLETE).write_text(" ".join(pins) + "\n")
-    return python
+    pth = Path(site) / BASE_PTH
+    if not pth.exists() or pth.read_text() != BASE_PTH_LINE:
+        pth.write_text(BASE_PTH_LINE)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_dev.floor_env", description=__doc__)
     parser.add_argument("--python", action="store_true", help="print the env's python path")
+    parser.add_argument(
+        "--base-site",
+        action="store_true",
+        help=f"print the .venv site-packages to pass in {BASE_SITE_VAR}",
+    )
     args = parser.parse_args(argv)
     try:
         python = ensure()
@@ -86,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.python:
         print(python)
         return 0
+    if args.base_site:
+        print(base_site_packages())
+        return 0
     check = subprocess.run(
         [str(python), "-c", "import torch, transformers, huggingface_hub as h; "
          "print(f'floor versions: torch {torch.__version__}, transformers "
          "{transformers.__version__}, huggingface-hub {h.__version__}')"],
-        cwd=REPO_ROOT, check=False,
+        cwd=REPO_ROOT, check=False, env={**os.environ, BASE_SITE_VAR: base_site_packages()},
     )  # fmt: skip
     return check.returncode
 
