@@ -24,6 +24,9 @@ from . import binaries, hub_server, s3capacity, s3server, watchdog
 from . import cluster as local_cluster
 from .errors import DevError
 
+# The state name of `full_s3`'s server (s3server.up/down).
+FULL_S3_NAME = "s3-full"
+
 NAMESPACE_READY_SECONDS = 30.0
 
 
@@ -241,3 +244,15 @@ def namespace(cluster: ClusterHandle, request: pytest.FixtureRequest) -> Iterato
         time.sleep(0.2)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def full_s3() -> Iterator[s3server.S3Info]:
+    """A real SeaweedFS with one volume slot, already taken by another bucket: no room for a
+    new bucket (the refusal a small disk gives)."""
+    info = s3server.up(name=FULL_S3_NAME, volume_max=1)
+    client = info.client()
+    client.create_bucket(Bucket="filler")
+    client.put_object(Bucket="filler", Key="taken", Body=b"x")
+    yield info
+    s3server.down(FULL_S3_NAME)

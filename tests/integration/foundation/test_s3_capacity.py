@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from dflash_dev import s3capacity, s3server
 from dflash_dev.demo import assets
+from dflash_dev.pytest_plugin import FULL_S3_NAME
 
 # Settles within two heartbeats of the volume server.
 SETTLE_SECONDS = 15.0
@@ -69,37 +70,26 @@ def test_the_demos_and_the_suite_fit_in_10_gib_of_free_disk() -> None:
     assert demo <= 4 < s3capacity.SLOTS_AT_BUDGET
 
 
-@pytest.fixture
-def full() -> Iterator[s3server.S3Info]:
-    """A server with one volume slot, taken by another bucket: no room for a new bucket."""
-    info = s3server.up(name="s3-full", volume_max=1)
-    client = info.client()
-    client.create_bucket(Bucket="filler")
-    client.put_object(Bucket="filler", Key="taken", Body=b"x")
-    yield info
-    s3server.down("s3-full")
-
-
 def test_a_full_server_refuses_the_demos_upload_with_one_line_naming_the_cause(
-    full: s3server.S3Info,
+    full_s3: s3server.S3Info,
 ) -> None:
     files = assets.build_prompt_sources(2)
     with pytest.raises(assets.UploadError) as refused:
-        assets.upload_sources(full.client(), files, full.bucket)
+        assets.upload_sources(full_s3.client(), files, full_s3.bucket)
 
-    line = s3server.explain_failure(full, refused.value.what, refused.value.cause, "s3-full")
+    line = s3server.explain_failure(full_s3, refused.value.what, refused.value.cause, FULL_S3_NAME)
     assert "\n" not in line
-    assert line.startswith(f"uploading s3://{full.bucket}/data/chat.jsonl failed: the S3 server")
-    assert f"no writable volumes left for bucket {full.bucket}" in line
-    assert "(0 of 1 volume slots of 64 MiB free;" in line and f"free on {full.data_dir})" in line
+    assert line.startswith(f"uploading s3://{full_s3.bucket}/data/chat.jsonl failed: the S3 server")
+    assert f"no writable volumes left for bucket {full_s3.bucket}" in line
+    assert "(0 of 1 volume slots of 64 MiB free;" in line and f"free on {full_s3.data_dir})" in line
     assert "Free disk space there or delete buckets" in line
-    assert line.endswith(f"log: {full.log}")
+    assert line.endswith(f"log: {full_s3.log}")
 
 
-def test_a_stopped_server_is_named_as_not_running(full: s3server.S3Info) -> None:
-    s3server.down("s3-full")
+def test_a_stopped_server_is_named_as_not_running(full_s3: s3server.S3Info) -> None:
+    s3server.down(FULL_S3_NAME)
     with pytest.raises(assets.UploadError) as refused:
-        assets.upload_sources(full.client(), assets.build_prompt_sources(2), full.bucket)
-    line = s3server.explain_failure(full, refused.value.what, refused.value.cause, "s3-full")
-    assert f"the S3 server at {full.endpoint_url} is not running" in line
+        assets.upload_sources(full_s3.client(), assets.build_prompt_sources(2), full_s3.bucket)
+    line = s3server.explain_failure(full_s3, refused.value.what, refused.value.cause, FULL_S3_NAME)
+    assert f"the S3 server at {full_s3.endpoint_url} is not running" in line
     assert "`make s3-down s3-up`" in line and "\n" not in line

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from dflash_dev import s3server
 from dflash_dev.hub_server import HubServer
 from dflash_dev.ports import free_port
+from dflash_dev.pytest_plugin import FULL_S3_NAME
 
 REPO = "org/tiny"
 
@@ -29,17 +29,6 @@ def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("tiny") / "repo"
     build_tiny_target(repo)
     return repo
-
-
-@pytest.fixture
-def full() -> Iterator[s3server.S3Info]:
-    """A real SeaweedFS with one volume slot, already taken by another bucket."""
-    info = s3server.up(name="s3-full", volume_max=1)
-    client = info.client()
-    client.create_bucket(Bucket="filler")
-    client.put_object(Bucket="filler", Key="taken", Body=b"x")
-    yield info
-    s3server.down("s3-full")
 
 
 def model_stage(dest: str, env: dict[str, str], log: Path) -> tuple[int, str, dict[str, Any]]:
@@ -58,12 +47,12 @@ def error_lines(output: str) -> list[str]:
 
 
 def test_an_upload_to_a_full_s3_server_fails_in_one_line_without_a_traceback(
-    hub: HubServer, tiny_repo: Path, full: s3server.S3Info, tmp_path: Path
+    hub: HubServer, tiny_repo: Path, full_s3: s3server.S3Info, tmp_path: Path
 ) -> None:
     hub.add_repo(REPO, tiny_repo)
-    dest = f"s3://{full.bucket}/runs/r1/model"
+    dest = f"s3://{full_s3.bucket}/runs/r1/model"
 
-    code, output, result = model_stage(dest, full.env(), tmp_path / "result.json")
+    code, output, result = model_stage(dest, full_s3.env(), tmp_path / "result.json")
 
     assert code == 1, output  # the store failed, not the input: a Job may retry
     assert "Traceback" not in output
@@ -71,15 +60,15 @@ def test_an_upload_to_a_full_s3_server_fails_in_one_line_without_a_traceback(
     assert result["ok"] is False and "\n" not in message
     assert re.match(rf"copying {REPO} to {dest} failed: (writing|uploading) {dest}/", message)
     assert (
-        f"the S3 server at {full.endpoint_url} could not store it (InternalError, HTTP 500, "
+        f"the S3 server at {full_s3.endpoint_url} could not store it (InternalError, HTTP 500, "
         "2 attempts), as a full server does (SeaweedFS: no writable volumes; MinIO: storage full)"
     ) in message
     assert message.endswith("free space on it or raise its quota, then retry the run")
     (logged,) = error_lines(output)
     assert logged.endswith(message)
     # The server's log says the same, which the demo and `make` targets quote.
-    assert f"no writable volumes left for bucket {full.bucket}" in (
-        s3server.refusal(full, "s3-full") or ""
+    assert f"no writable volumes left for bucket {full_s3.bucket}" in (
+        s3server.refusal(full_s3, FULL_S3_NAME) or ""
     )
 
 
