@@ -113,10 +113,10 @@ test-regen-pins: venv ## the data stages' unit tests with the regen image's vers
 	$(UV) run --quiet $$with python -m pytest -m unit tests/unit/data -q -p no:cacheprovider
 
 .PHONY: test-version-floor
-test-version-floor: venv ## the trainer's and data stages' unit tests on the oldest torch and transformers the trainer supports (2.11, 5.17)
+test-version-floor: venv ## the trainer's and data stages' unit tests on the GPU machine's stack: Python 3.12, torch 2.11, transformers 5.17 (the oldest supported), psutil, numpy 2.5
 	@python="$$($(PY) -m dflash_dev.floor_env --python)"; \
 	export DFLASH_FLOOR_BASE_SITE="$$($(PY) -m dflash_dev.floor_env --base-site)"; \
-	$$python -c 'import torch, transformers; print(f"version floor: torch {torch.__version__}, transformers {transformers.__version__}")' && \
+	$$python -c 'import sys, numpy, psutil, torch, transformers; print(f"version floor: Python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}, psutil {psutil.__version__}")' && \
 	$$python -m pytest -m "unit and not slow" tests/unit/trainer tests/unit/data -q -p no:cacheprovider \
 	  -k "not loss_decreases_over_50_steps and not gpu_smoke_dry_run"
 

@@ -11,24 +11,36 @@ Gated DeltaNet target; the flex backward at width 256 with this GPU's options an
 one loss chunk at a 248,320-token vocabulary (bytes per logit against the plan); export; and
 acceptance with the project's eval (builtin engine, and vLLM `method: dflash` where importable).
 A failed step is reported (name, first lines of its error) and the others run where they can;
-exit 1 if any step failed. `--dry-run` runs the same steps on CPU (float32, dense/SDPA
-attention, tiny sizes) in about a minute; tests/unit/trainer/test_gpu_smoke_script.py runs it.
-Wrapper: bench/gpu_smoke.sh [--dry-run] [OUT_DIR] (default $OUT, else ./gpu-smoke-out), and
-its --kit / --offline modes for an air-gapped machine (bench/gpu_smoke_kit.py).
+exit 1 if any step failed or was cut by the budget. `--dry-run` runs the same steps on CPU
+(float32, dense/SDPA attention, tiny sizes) in about a minute;
+tests/unit/trainer/test_gpu_smoke_script.py runs it.
+
+Built for a lent GPU machine's limits (issue 29): the run boxes itself in `--budget-s` (a step
+that would start too late is SKIPPED, one that runs past the budget is stopped), the steps whose
+figures matter most run first (train, flex-256, loss-vocab, export, acceptance), and the output
+folder gets at most four files: `steps.json` (rewritten after every step, so a run killed from
+outside still returns what it measured), `gpu_smoke.json` (the final figures), the tarball
+`gpu_smoke_rest.tar.gz` of the work folder without weights, and the log its wrapper writes.
+Wrappers: bench/gpu_smoke_device.sh (the GPU machine, kit carried as .gpu-kit) and
+bench/gpu_smoke.sh [--dry-run] [OUT_DIR] with its --kit / --offline modes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import importlib
 import importlib.util
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -42,6 +54,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 REGEN_DOCKERFILE = REPO / "images" / "regen" / "Dockerfile"
 JSON_NAME = "gpu_smoke.json"
+STEPS_NAME = "steps.json"
+TARBALL_NAME = "gpu_smoke_rest.tar.gz"
+# The wrapper's log (bench/gpu_smoke_device.sh tees into it): the fourth file of the output.
+LOG_NAME = "gpu_smoke.log"
+# What a lent GPU machine returns: at most 8 files of 16 MiB. The tarball stays well inside.
+TARBALL_BUDGET_BYTES = 12 << 20
+# Weights and checkpoints stay out of the tarball (the figures are in the JSON).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".distcp", ".ckpt")
+# The default time box: the device runs one command for at most 600 s; the kit's install and
+# the interpreter's start take about 30 s of it, and the tarball a few more.
+DEFAULT_BUDGET_S = 420.0
 ERROR_LINES = 6
 # The module holding each stage CLI's `main(argv)` (for the dry run's in-process calls).
 CLI_MAINS = {
@@ -72,16 +95,18 @@ class Sizes:
     eval_prompts: int
     eval_tokens: int
     # The production drafter's attention at small depth: heads as wide as the Qwen3.6-27B
-    # drafter's, one sliding-window layer (window below max_seq_len so it bites) and one full.
+    # drafter's, one sliding-window layer and one full. The window must be shorter than the
+    # rows (the train step checks that some are longer, else the window never bites).
     head_dim: int = 256
-    sliding_window: int = 256
+    sliding_window: int = 128
     # One loss chunk at the Qwen3.5/3.6 vocabulary: its rows (the default chunk on a GPU).
     loss_vocab: int = 248_320
     loss_rows: int = 1024
     hybrid_steps: int = 10
 
 
-GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 128, 256, 8, 50, 5, 8, 512, 16, 2, 16, 128)
+# 160 new tokens after prompts of 20-60: rows of about 180-220 tokens, over the 128 window.
+GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 160, 256, 8, 50, 5, 8, 512, 16, 2, 16, 128)
 DRY = Sizes(
     "cpu", "float32", "auto", "transformers", 16, 16, 64, 8, 8, 2, 4, 96, 8, 2, 3, 16,
     head_dim=256, sliding_window=48, loss_rows=128, hybrid_steps=2,
@@ -104,21 +129,63 @@ class SkipStepError(Exception):
 
 
 class StepError(Exception):
-    """A step that ran and failed; the message holds the first lines of what went wrong."""
+    """A step that ran and failed; the message holds the first lines of what went wrong, and
+    `figures` what it measured before it failed (kept in the report)."""
+
+    def __init__(self, message: str, figures: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.figures = figures or {}
+
+
+# The start of the detail of a step the time box skipped or stopped.
+BUDGET_SKIP = "budget:"
+
+
+class BudgetExceededError(Exception):
+    """The run's time box ended while a step was running."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise BudgetExceededError(f"{BUDGET_SKIP} the run's time budget ended during this step")
 
 
 @dataclass
 class Smoke:
+    """One run: `work` holds what the steps write, `out` only the run's four files."""
+
     sizes: Sizes
     out: Path
+    work: Path | None = None
+    budget_s: float = float("inf")
     python: str = sys.executable
     state: dict[str, Any] = field(default_factory=dict)
     reports: list[StepReport] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
 
-    def run_step(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> StepReport:
+    def __post_init__(self) -> None:
+        self.work = self.work or self.out
+
+    @property
+    def remaining_s(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.started)
+
+    def run_step(
+        self, name: str, fn: Callable[[], dict[str, Any] | None], min_s: float = 0.0
+    ) -> StepReport:
+        """Run one step inside what is left of the budget; `min_s`: the least it takes, so a
+        step that cannot finish in time is skipped rather than cut."""
         report = StepReport(name)
         print(f"--- {name}", flush=True)
+        left = self.remaining_s
+        if left < max(min_s, 1.0):
+            report.status = "SKIPPED"
+            report.detail = f"{BUDGET_SKIP} {max(left, 0):.0f} s of the budget left, the step needs {min_s:.0f} s"
+            return self._record(report)
+        self.write_steps(running=name)
         start = time.perf_counter()
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        if left != float("inf"):
+            signal.setitimer(signal.ITIMER_REAL, left)
         try:
             report.figures = fn() or {}
             report.status = "OK"
@@ -126,13 +193,37 @@ class Smoke:
             report.status, report.detail = "SKIPPED", str(exc)
         except (Exception, SystemExit) as exc:  # reported; the next step still runs
             report.status = "FAILED"
-            text = str(exc) if isinstance(exc, StepError) else traceback.format_exc()
+            if isinstance(exc, StepError):
+                report.figures = exc.figures
+            known = isinstance(exc, (StepError, BudgetExceededError))
+            text = str(exc) if known else traceback.format_exc()
             report.detail = "\n".join(text.strip().splitlines()[-ERROR_LINES:])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
         report.seconds = round(time.perf_counter() - start, 2)
+        return self._record(report)
+
+    def _record(self, report: StepReport) -> StepReport:
         self.reports.append(report)
         tail = f": {report.detail}" if report.detail else ""
         print(f"    {report.status} in {report.seconds:.1f}s{tail}", flush=True)
+        self.write_steps()
         return report
+
+    def write_steps(self, running: str | None = None) -> None:
+        """OUT/steps.json, rewritten (atomically) before and after every step."""
+        write_json(self.out / STEPS_NAME, {
+            "mode": "dry-run" if self.sizes.device == "cpu" else "gpu",
+            "budget_s": self.budget_s, "elapsed_s": round(time.perf_counter() - self.started, 1),
+            "running": running, "steps": [asdict(r) for r in self.reports],
+        })  # fmt: skip
+
+    @property
+    def dir(self) -> Path:
+        """Where the steps write (targets, runs, logs): the work folder."""
+        assert self.work is not None
+        return self.work
 
     def need(self, key: str, step: str) -> Any:
         if key not in self.state:
@@ -140,7 +231,7 @@ class Smoke:
         return self.state[key]
 
     def cli(self, module: str, *args: str, log: str) -> None:
-        """`python -m module args`; stdout+stderr to OUT/logs/<log>.log; StepError on exit != 0.
+        """`python -m module args`; stdout+stderr to WORK/logs/<log>.log; StepError on exit != 0.
 
         The dry run calls the same CLI's `main(argv)` in this process instead: on 2 busy cores
         each fresh interpreter spends ~15 s importing torch and transformers."""
@@ -149,17 +240,22 @@ class Smoke:
             if code != 0:
                 raise StepError(f"{module} exited {code}; its log lines are above")
             return
-        logs = self.out / "logs"
+        logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         path = logs / f"{log}.log"
         with path.open("w") as handle:
-            code = subprocess.run(
+            child = subprocess.Popen(
                 [self.python, "-m", module, *args],
                 stdout=handle,
                 stderr=subprocess.STDOUT,
-                check=False,
                 env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            ).returncode
+            )
+            try:
+                code = child.wait()
+            finally:  # the budget's alarm: the child goes with the step
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
         if code != 0:
             lines = path.read_text(errors="replace").strip().splitlines()
             raise StepError("\n".join([f"exit {code} (log {path})", *lines[-ERROR_LINES + 1 :]]))
@@ -187,11 +283,11 @@ def build_target(smoke: Smoke, arch: str) -> dict[str, Any]:
 
     s = smoke.sizes
     target = build_tiny_target(
-        smoke.out / f"tiny-{arch}", arch=arch, size=TinySize(layers=s.layers, hidden=s.hidden)
+        smoke.dir / f"tiny-{arch}", arch=arch, size=TinySize(layers=s.layers, hidden=s.hidden)
     )
-    prompts = smoke.out / "prompts.jsonl"
+    prompts = smoke.dir / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in build_prompt_records(s.prompts)))
-    sources = smoke.out / "sources.yaml"
+    sources = smoke.dir / "sources.yaml"
     sources.write_text(f"- {{name: smoke, uri: {prompts}, format: openai-messages}}\n")
     smoke.state[f"target-{arch}"] = target
     return {"vocab": target.vocab_size, "layers": target.layers, "hidden": target.hidden}
@@ -206,7 +302,7 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
     # Without vLLM the transformers engine regenerates (on the GPU when there is one), so
     # every later step still runs; the report names the engine.
     engine = s.engine if s.engine != "vllm" or vllm_importable() else "transformers"
-    root = smoke.out / f"run-{arch}"
+    root = smoke.dir / f"run-{arch}"
     engine_args = (
         ["--gpu-memory-utilization", "0.3", "--enforce-eager"]
         if engine == "vllm"
@@ -215,7 +311,7 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
     start = time.perf_counter()
     smoke.cli(
         "dflash_trainer.data.regenerate",
-        "--run-root", str(root), "--sources", str(smoke.out / "sources.yaml"),
+        "--run-root", str(root), "--sources", str(smoke.dir / "sources.yaml"),
         "--model", str(target.path), "--engine", engine, "--dtype", s.dtype,
         "--max-tokens", str(s.max_tokens), "--termination-log", str(root / "regen.result.json"),
         *engine_args,
@@ -285,7 +381,7 @@ def build_train_config(smoke: Smoke) -> Any:
 
     s = smoke.sizes
     target = smoke.state["target-qwen3"]
-    root = smoke.out / "train"
+    root = smoke.dir / "train"
     return TrainConfig.model_validate({
         "run_root": str(root),
         "target": {"path": str(target.path), "dtype": s.dtype},
@@ -301,40 +397,80 @@ def build_train_config(smoke: Smoke) -> Any:
     })  # fmt: skip
 
 
-def longest_row(tokenized: Path) -> int:
+def row_lengths(tokenized: Path) -> list[int]:
     import pyarrow.parquet as pq
 
-    return max(
-        int(max(pq.read_table(shard, columns=["seq_len"]).column("seq_len").to_pylist() or [0]))
+    return [
+        int(n)
         for shard in sorted(tokenized.glob("*.parquet"))
-    )
+        for n in pq.read_table(shard, columns=["seq_len"]).column("seq_len").to_pylist()
+    ]
 
 
-def plan_bytes(cfg: Any, device: str, longest: int) -> int:
-    """The memory plan's peak of live tensors for the same shapes (no CUDA workspace). The plan
-    pads every row to max_seq_len; the batches here are no longer than the longest row."""
+def plan_estimate(cfg: Any, device: str, longest: int) -> Any:
+    """The memory plan for the same shapes. The plan pads every row to max_seq_len; the batches
+    here are no longer than the longest row."""
     from dflash_memplan.estimate import estimate_rank_memory
     from dflash_trainer.plan.inputs import build_plan_inputs, resolve_target_shape
 
     seq = min(cfg.data.max_seq_len, longest)
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_seq_len": seq})})
     inputs = build_plan_inputs(cfg, resolve_target_shape(cfg, None), 1, device)
-    return estimate_rank_memory(inputs.target, inputs.drafter, inputs.setup).tensor_bytes
+    return estimate_rank_memory(inputs.target, inputs.drafter, inputs.setup)
+
+
+def device_peak_bytes(device: Any) -> tuple[int, int]:
+    """(what the process held on the GPU at its peak, outside the caching allocator): the
+    allocator's reserved peak plus what the GPU has in use beyond the allocator now (the CUDA
+    context, kernel images, NCCL and cuBLAS workspaces), the plan's `total` counterpart."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    outside = max(0, (total - free) - torch.cuda.memory_reserved(device))
+    return torch.cuda.max_memory_reserved(device) + outside, outside
+
+
+def timed_step_flops(trainer: Any, cursor: Any, steps: int) -> float:
+    """The FLOPs of exactly the batches the timed steps trained on: the data cursor as it stood
+    before them, replayed."""
+    from bench_trainer_gpu import count_step_flops
+    from dflash_trainer.train.batches import rank_micro_batches
+    from dflash_trainer.train.step import build_micro_batch
+
+    cfg, env = trainer.cfg, trainer.env
+    module = getattr(trainer.model, "module", trainer.model)
+    total = 0.0
+    for _ in range(steps):
+        epoch, rows = cursor.next_global_batch()
+        for idx in rank_micro_batches(rows, batch_size=cfg.data.batch_size,
+                                      world_size=env.world_size, rank=env.rank,
+                                      grad_accum=cfg.optim.grad_accum):  # fmt: skip
+            mb = build_micro_batch(trainer.rows, idx, epoch, trainer.settings, env.device)
+            target_flops, drafter_flops = count_step_flops(
+                trainer.target, trainer.drafter_cfg, module, mb
+            )
+            total += target_flops + drafter_flops
+    return total
 
 
 def train(smoke: Smoke) -> dict[str, Any]:
-    import numpy as np
     import torch
-    from bench_trainer_gpu import count_step_flops, peak_tflops
+    from bench_trainer_gpu import peak_tflops
     from dflash_trainer.plan.meter import LiveTensorMeter
     from dflash_trainer.train.distributed import init_distributed
-    from dflash_trainer.train.step import build_micro_batch
     from dflash_trainer.train.trainer import Trainer
 
     smoke.need("tokenized", "tokenize")
     s = smoke.sizes
     if s.device == "cuda" and not torch.cuda.is_available():
         raise StepError("no CUDA GPU visible (run with --dry-run on CPU)")
+    lengths = row_lengths(smoke.state["tokenized"])
+    over_window = sum(n > s.sliding_window for n in lengths)
+    if not over_window:
+        raise StepError(
+            f"no row is longer than the sliding window ({s.sliding_window}; longest "
+            f"{max(lengths, default=0)}): the window would never take effect"
+        )
     torch.manual_seed(0)
     cfg = build_train_config(smoke)
     init_one_rank_group(s.device)
@@ -355,39 +491,55 @@ def train(smoke: Smoke) -> dict[str, Any]:
     else:
         with meter:
             trainer.train_steps()
+    cursor = dataclasses.replace(trainer.cursor)  # where the timed steps start reading
     trainer.total_steps = s.steps
     start = time.perf_counter()
     trainer.train_steps()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    step_s = (time.perf_counter() - start) / (s.steps - s.warmup)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak_bytes
-    reserved = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
+    timed_s = time.perf_counter() - start
+    timed_steps = s.steps - s.warmup
+    step_s = timed_s / timed_steps
+    flops = timed_step_flops(trainer, cursor, timed_steps)
+    plan = plan_estimate(cfg, device.type, max(lengths))
+    if device.type == "cuda":
+        allocated = torch.cuda.max_memory_allocated(device)
+        reserved = torch.cuda.max_memory_reserved(device)
+        held, outside = device_peak_bytes(device)
+    else:  # no allocator and no workspace: the plan's total is its tensors
+        allocated = held = meter.peak_bytes
+        reserved, outside = None, 0
     metrics = [json.loads(line) for line in Path(cfg.logging.metrics_file).read_text().splitlines()]
     timed = metrics[s.warmup :]
-    mb = build_micro_batch(trainer.rows, np.arange(s.batch), 0, trainer.settings, device)
-    module = getattr(trainer.model, "module", trainer.model)
-    target_flops, drafter_flops = count_step_flops(trainer.target, trainer.drafter_cfg, module, mb)
-    planned = plan_bytes(cfg, device.type, longest_row(smoke.state["tokenized"]))
     try:
         peak_flops: float | None = peak_tflops(device, None) * 1e12
     except SystemExit as exc:  # a GPU missing from the datasheet table: no MFU, say why
         print(f"    MFU not computed: {exc}", flush=True)
         peak_flops = None
-    mfu = (target_flops + drafter_flops) / step_s / peak_flops if peak_flops else None
+    mfu = flops / timed_s / peak_flops if peak_flops and device.type == "cuda" else None
     return {
         "steps": s.steps,
-        "timed_steps": len(timed),
+        "timed_steps": timed_steps,
         "step_ms": round(step_s * 1e3, 2),
         "tokens_per_s": round(statistics.median(m["tokensPerSecond"] for m in timed), 1),
-        "tflops_per_step": round((target_flops + drafter_flops) / 1e12, 6),
-        "mfu": round(mfu, 6) if mfu and device.type == "cuda" else None,  # no CPU peak
-        "peak_memory_mib": round(peak / 2**20, 2),
-        "plan_memory_mib": round(planned / 2**20, 2),
-        "peak_over_plan": round(peak / planned, 3),
+        # FLOPs and time of the same timed steps (each step's own batch).
+        "tflops_per_step": round(flops / timed_steps / 1e12, 6),
+        "mfu": round(mfu, 6) if mfu else None,  # no CPU peak
+        # The GPU memory the run held at its peak (allocator + CUDA context and workspaces)
+        # against the plan's total for these shapes; on the CPU both are the live tensors.
+        "peak_memory_mib": round(held / 2**20, 2),
+        "plan_memory_mib": round(plan.total_bytes / 2**20, 2),
+        "peak_over_plan": round(held / plan.total_bytes, 3),
+        "allocated_peak_mib": round(allocated / 2**20, 2),
+        "plan_tensor_mib": round(plan.tensor_bytes / 2**20, 2),
+        "allocated_over_plan_tensors": round(allocated / plan.tensor_bytes, 3),
+        "outside_allocator_mib": round(outside / 2**20, 2),
         # What the caching allocator held at most over what tensors used: its fragmentation
         # under expandable segments (the plan allows 5%).
-        "reserved_over_allocated": round(reserved / peak, 3) if reserved else None,
+        "reserved_over_allocated": round(reserved / allocated, 3) if reserved else None,
+        "rows_over_window": f"{over_window}/{len(lengths)}",
+        "sliding_window": s.sliding_window,
+        "longest_row": max(lengths),
         "wrapped": type(trainer.model).__name__,
         "first_loss": round(metrics[0]["loss"], 4),
         "last_loss": round(metrics[-1]["loss"], 4),
@@ -406,7 +558,7 @@ def train_hybrid(smoke: Smoke) -> dict[str, Any]:
     target = smoke.need("target-qwen3_5", "build-qwen3_5")
     init_one_rank_group(s.device)
     cfg = TrainConfig.model_validate({
-        "run_root": str(smoke.out / "train-qwen3_5"),
+        "run_root": str(smoke.dir / "train-qwen3_5"),
         "target": {"path": str(target.path), "dtype": s.dtype},
         "drafter": build_drafter_section(smoke, target.mask_token_id),
         "distributed": {"strategy": "fsdp2"},
@@ -415,7 +567,7 @@ def train_hybrid(smoke: Smoke) -> dict[str, Any]:
         "objective": {"anchors_per_sequence": 16},
         "optim": {"lr": 3e-3, "max_steps": s.hybrid_steps, "warmup_ratio": 0.0},
         "checkpoint": {"every_steps": 10_000, "resume": False},
-        "logging": {"every_steps": 1, "metrics_file": str(smoke.out / "train-qwen3_5.jsonl")},
+        "logging": {"every_steps": 1, "metrics_file": str(smoke.dir / "train-qwen3_5.jsonl")},
     })  # fmt: skip
     trainer = Trainer(cfg, init_distributed(cfg.distributed.timeout_minutes))
     start = time.perf_counter()
@@ -609,46 +761,99 @@ def evaluate(smoke: Smoke, engine: str) -> dict[str, Any]:
             raise SkipStepError(f"vLLM is not installed (uv pip install vllm=={vllm_version()})")
     final = smoke.need("final", "export")
     target = smoke.state["target-qwen3"]
-    out = smoke.out / f"acceptance-{engine}.json"
+    out = smoke.dir / f"acceptance-{engine}.json"
     config = {
-        "run_root": str(smoke.out / "train"),
+        "run_root": str(smoke.dir / "train"),
         "target": {"path": str(target.path), "dtype": s.dtype},
         "drafter_uri": str(final),
         "prompts": {"tokenized_uri": str(smoke.state["tokenized"]), "num_prompts": s.eval_prompts,
                     "max_prompt_tokens": s.max_seq_len // 2},
         "max_new_tokens": s.eval_tokens,
         "engine": "builtin" if engine == "builtin" else "vllm",
-        "check_greedy": s.device == "cuda",  # the check decodes every prompt twice more
+        # Greedy speculative decoding must reproduce plain greedy decoding token for token: the
+        # builtin engine checks every prompt, and a mismatch fails the eval (and this step).
+        "check_greedy": engine == "builtin",
+        "require_greedy_match": engine == "builtin",
         "update_model_card": engine == "builtin",
         "output_uri": str(out),
         "vllm": {"gpu_memory_utilization": 0.3, "max_model_len": 1024},
     }  # fmt: skip
-    path = smoke.out / f"eval-{engine}.yaml"
+    path = smoke.dir / f"eval-{engine}.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     smoke.cli(
         "dflash_trainer.eval", "--config", str(path),
-        "--termination-log", str(smoke.out / f"eval-{engine}.result.json"),
+        "--termination-log", str(smoke.dir / f"eval-{engine}.result.json"),
         log=f"eval-{engine}",
     )  # fmt: skip
     report = json.loads(out.read_text())
-    return {"acceptance_length": round(report["acceptanceLength"], 3), "prompts": report["prompts"]}
+    figures = {"acceptance_length": round(report["acceptanceLength"], 3),
+               "prompts": report["prompts"], "greedy_mismatches": report.get("greedyMismatches")}  # fmt: skip
+    if engine == "builtin" and figures["greedy_mismatches"] != 0:  # None: the check did not run
+        raise StepError(
+            f"greedy speculative decoding is not exact: {figures['greedy_mismatches']} of "
+            f"{report['prompts']} prompts differ from plain greedy decoding",
+            figures,
+        )
+    return figures
 
 
 # -- the run -------------------------------------------------------------------------------
+# The least each step takes on a GPU (seconds; a step that cannot finish is skipped, not cut):
+# measured on no GPU yet, so generous guesses from the CPU rehearsal; the first GPU run's
+# `seconds` replace them.
+GPU_MIN_S = {"regen": 20.0, "train": 40.0, "flex-256": 20.0, "eval": 15.0, "hybrid": 20.0}
+
+
 def run_all(smoke: Smoke) -> None:
+    """The figures that matter most first: training (step time, MFU, peak against the plan),
+    the flex backward at width 256, the loss at a 248K vocabulary, export, acceptance. Then the
+    monitor's head and the Gated DeltaNet target."""
+    m = GPU_MIN_S if smoke.sizes.device == "cuda" else {}
     smoke.run_step("build-qwen3", lambda: build_target(smoke, "qwen3"))
-    smoke.run_step("regen-qwen3", lambda: regenerate(smoke, "qwen3"))
+    smoke.run_step("regen-qwen3", lambda: regenerate(smoke, "qwen3"), m.get("regen", 0))
     smoke.run_step("tokenize", lambda: tokenize(smoke))
-    smoke.run_step("build-qwen3_5", lambda: build_target(smoke, "qwen3_5"))
-    smoke.run_step("regen-qwen3_5", lambda: regenerate(smoke, "qwen3_5"))
-    smoke.run_step("train", lambda: train(smoke))
-    smoke.run_step("export", lambda: export(smoke))
-    smoke.run_step("train-qwen3_5", lambda: train_hybrid(smoke))
-    smoke.run_step("flex-256", lambda: flex_256(smoke))
+    smoke.run_step("train", lambda: train(smoke), m.get("train", 0))
+    smoke.run_step("flex-256", lambda: flex_256(smoke), m.get("flex-256", 0))
     smoke.run_step("loss-vocab", lambda: loss_vocab(smoke))
+    smoke.run_step("export", lambda: export(smoke))
+    smoke.run_step("eval-builtin", lambda: evaluate(smoke, "builtin"), m.get("eval", 0))
+    smoke.run_step("eval-vllm", lambda: evaluate(smoke, "vllm"), m.get("eval", 0))
     smoke.run_step("monitor-vocab", lambda: monitor_vocab(smoke))
-    smoke.run_step("eval-builtin", lambda: evaluate(smoke, "builtin"))
-    smoke.run_step("eval-vllm", lambda: evaluate(smoke, "vllm"))
+    smoke.run_step("build-qwen3_5", lambda: build_target(smoke, "qwen3_5"))
+    smoke.run_step("regen-qwen3_5", lambda: regenerate(smoke, "qwen3_5"), m.get("regen", 0))
+    smoke.run_step("train-qwen3_5", lambda: train_hybrid(smoke), m.get("hybrid", 0))
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Written to a temporary name, then renamed: a reader never sees half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    partial.replace(path)
+
+
+def is_weight(name: str) -> bool:
+    return name.endswith(WEIGHT_SUFFIXES)
+
+
+def pack_rest(work: Path, tarball: Path, budget: int = TARBALL_BUDGET_BYTES) -> dict[str, Any]:
+    """WORK (logs, configs, results, manifests, metrics) as one tarball without weights; the
+    largest files are left out until what remains fits the budget (listed in the result)."""
+    files = sorted(
+        (p for p in work.rglob("*") if p.is_file() and not is_weight(p.name)),
+        key=lambda p: p.stat().st_size,
+    )
+    kept, left_out, total = [], [], 0
+    for path in files:  # smallest first: the many small records before any large one
+        size = path.stat().st_size
+        if total + size > budget:
+            left_out.append(str(path.relative_to(work)))
+        else:
+            kept.append(path)
+            total += size
+    with tarfile.open(tarball, "w:gz") as archive:
+        for path in kept:
+            archive.add(path, arcname=str(path.relative_to(work)))
+    return {"files": len(kept), "bytes": tarball.stat().st_size, "left_out": left_out}
 
 
 def figure(smoke: Smoke, step: str, key: str) -> Any:
@@ -667,6 +872,8 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
         "peak_memory_mib": figure(smoke, "train", "peak_memory_mib"),
         "plan_memory_mib": figure(smoke, "train", "plan_memory_mib"),
         "peak_over_plan": figure(smoke, "train", "peak_over_plan"),
+        "allocated_over_plan_tensors": figure(smoke, "train", "allocated_over_plan_tensors"),
+        "train_rows_over_window": figure(smoke, "train", "rows_over_window"),
         "reserved_over_allocated": figure(smoke, "train", "reserved_over_allocated"),
         "train_qwen3_5_step_ms": figure(smoke, "train-qwen3_5", "step_ms"),
         "gdn_kernels": figure(smoke, "train-qwen3_5", "gdn_kernels"),
@@ -676,6 +883,7 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
         "loss_bytes_per_logit": figure(smoke, "loss-vocab", "bytes_per_logit"),
         "monitor_bytes_per_logit": figure(smoke, "monitor-vocab", "bytes_per_logit"),
         "acceptance_builtin": figure(smoke, "eval-builtin", "acceptance_length"),
+        "greedy_mismatches_builtin": figure(smoke, "eval-builtin", "greedy_mismatches"),
         "acceptance_vllm_dflash": figure(smoke, "eval-vllm", "acceptance_length"),
     }
 
@@ -698,32 +906,71 @@ def main(argv: list[str] | None = None) -> int:
         "out", nargs="?", help="output folder (default: $OUT, else ./gpu-smoke-out)"
     )
     parser.add_argument("--dry-run", action="store_true", help="CPU, transformers engine, float32")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"the run's time box in seconds (default {DEFAULT_BUDGET_S:.0f})",
+    )
+    parser.add_argument(
+        "--work", help="where the steps write (default: a new temporary folder); OUT gets 4 files"
+    )
     args = parser.parse_args(argv)
+    if args.budget_s <= 0:
+        parser.error(f"--budget-s {args.budget_s}: give a positive number of seconds")
     if args.dry_run:  # the CPU path even on a GPU machine (training picks CUDA when it sees one)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.setdefault(*ALLOC_CONF)  # before torch is imported, as in a trainer pod
     out = Path(args.out or os.environ.get("OUT") or "gpu-smoke-out").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    smoke = Smoke(DRY if args.dry_run else GPU, out)
-    started = time.perf_counter()
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpu-smoke-work-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"gpu smoke: budget {args.budget_s:.0f} s, work folder {work}, output {out}", flush=True)
+    smoke = Smoke(DRY if args.dry_run else GPU, out, work=work, budget_s=args.budget_s)
     run_all(smoke)
     figures = build_figures(smoke)
-    failed = [r.name for r in smoke.reports if r.status == "FAILED"]
+    cut = [r.name for r in smoke.reports if r.detail.startswith(BUDGET_SKIP)]
+    failed = [r.name for r in smoke.reports if r.status == "FAILED" and r.name not in cut]
     result = {
         "mode": "dry-run" if args.dry_run else "gpu",
         "sizes": asdict(smoke.sizes),
-        "seconds": round(time.perf_counter() - started, 1),
-        "ok": not failed,
+        "budget_s": args.budget_s,
+        "seconds": round(time.perf_counter() - smoke.started, 1),
+        # Fail closed: a step that failed or that the budget cut leaves the run not ok.
+        "ok": not failed and not cut,
         "failed": failed,
+        "cut_by_budget": cut,
         "figures": figures,
         "steps": [asdict(r) for r in smoke.reports],
+        "environment": describe_environment(),
     }
-    (out / JSON_NAME).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_json(out / JSON_NAME, result)
+    smoke.write_steps()
+    try:
+        result["rest"] = pack_rest(work, out / TARBALL_NAME)
+    except OSError as exc:  # the figures are written; the tarball is the extra
+        result["rest"] = {"error": str(exc)}
+    write_json(out / JSON_NAME, result)
     print("\n".join(format_table(smoke, figures)))
-    print(f"total {result['seconds']}s; JSON at {out / JSON_NAME}")
+    print(
+        f"total {result['seconds']}s of a {args.budget_s:.0f} s budget; JSON at {out / JSON_NAME}"
+    )
     if failed:
         print(f"FAILED steps: {', '.join(failed)}")
-    return 1 if failed else 0
+    if cut:
+        print(f"cut by the budget: {', '.join(cut)}")
+    return 0 if result["ok"] else 1
+
+
+def describe_environment() -> dict[str, Any]:
+    """The versions the figures were measured with."""
+    found: dict[str, Any] = {"python": sys.version.split()[0]}
+    for name in ("torch", "transformers", "triton", "numpy", "psutil", "vllm", "fla"):
+        try:
+            found[name] = getattr(importlib.import_module(name), "__version__", "?")
+        except Exception:  # absent, or broken on import: either way not what ran
+            found[name] = None
+    return found
 
 
 if __name__ == "__main__":

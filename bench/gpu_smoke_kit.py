@@ -43,6 +43,9 @@ THIRD_PARTY = (
     "pydantic", "pydantic-core", "annotated-types", "typing-inspection",  # configs, sources
     "pyarrow",  # Parquet shards: regeneration, tokenization, training, evaluation
     "xxhash",  # the canary's answer keys (regeneration)
+    # pydantic-core needs typing_extensions >= 4.14 (TypeAliasType, Sentinel); the machine's own
+    # may be older, and the kit's site comes first on PYTHONPATH.
+    "typing-extensions",
 )  # fmt: skip
 OURS = ("dflash-trainer", "dflash-memplan")
 # Members of pyarrow's wheel the smoke never loads (pyarrow.fs imports S3 and Flight lazily
@@ -55,8 +58,11 @@ KIT_SUFFIX = "smokekit"
 # torch 2.11 on a CPU machine without its 3 GB of CUDA 13.0 wheels) uv.lock's CUDA 13 wheels,
 # which carry the same sonames, plus the libcurand that torch 2.11 loads and 2.15 does not.
 STANDIN = {"torch": "2.11.0", "transformers": "5.17.0"}
-TORCH_PURE_DEPS = ("filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec",
-                   "setuptools")  # fmt: skip
+TORCH_PURE_DEPS = ("filelock", "sympy", "networkx", "jinja2", "fsspec", "setuptools")
+# The GPU image's other packages the stages care about (issue 29): psutil turns transformers'
+# continuous batching on, numpy 2.5 (Python 3.12 only), the triton torch 2.11 ships with, and a
+# typing_extensions too old for pydantic-core (the kit must carry its own).
+STANDIN_IMAGE_PACKAGES = ("psutil", "numpy==2.5.2", "triton==3.6.0", "typing-extensions==4.12.2")
 STANDIN_CURAND = "nvidia-curand==10.4.0.35"
 STANDIN_ABSENT = ("pydantic", "pydantic-core", "pyarrow", "vllm", "flash-linear-attention")
 EXCLUDE_NEWER = "2026-12-03T00:00:00Z"
@@ -223,7 +229,7 @@ def locked_cuda_pins() -> list[str]:
 
 def build_standin(root: Path, python: str) -> Path:
     """A virtual environment standing in for the GPU machine (Python 3.12, torch 2.11,
-    transformers 5.17, none of STANDIN_ABSENT); returns its python."""
+    transformers 5.17, STANDIN_IMAGE_PACKAGES, none of STANDIN_ABSENT); returns its python."""
     if root.exists():
         raise KitError(f"{root} exists: give a new folder")
     _run([python, "-m", "venv", str(root)])
@@ -232,7 +238,8 @@ def build_standin(root: Path, python: str) -> Path:
     _run([uv, "pip", "install", "--quiet", "--python", venv_python, "--no-deps",
           f"torch=={STANDIN['torch']}", STANDIN_CURAND, *locked_cuda_pins()])  # fmt: skip
     _run([uv, "pip", "install", "--quiet", "--python", venv_python, "--exclude-newer",
-          EXCLUDE_NEWER, f"transformers=={STANDIN['transformers']}", *TORCH_PURE_DEPS])  # fmt: skip
+          EXCLUDE_NEWER, f"transformers=={STANDIN['transformers']}", *TORCH_PURE_DEPS,
+          *STANDIN_IMAGE_PACKAGES])  # fmt: skip
     _run([uv, "pip", "uninstall", "--quiet", "--python", venv_python, *STANDIN_ABSENT])
     return Path(venv_python)
 

@@ -121,7 +121,15 @@ def test_the_kit_installs_without_pip_by_unpacking_its_wheels(tmp_path: Path) ->
 def test_the_kit_carries_only_what_dflash_trainer_declares() -> None:
     project = tomllib.loads((REPO / "trainer" / "pyproject.toml").read_text())["project"]
     declared = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]}
-    transitive = {"pydantic-core", "annotated-types", "typing-inspection"}  # pydantic's own
+    # pydantic's own, and typing_extensions (which pydantic-core needs at >= 4.14)
+    transitive = {"pydantic-core", "annotated-types", "typing-inspection", "typing-extensions"}
     assert set(kit.THIRD_PARTY) - transitive <= declared
     assert set(kit.OURS) == {"dflash-trainer", "dflash-memplan"}
     assert kit.BUDGET_BYTES == 50 << 20
+
+
+def test_the_kit_carries_typing_extensions_for_pydantic_core() -> None:
+    """The GPU machine's typing_extensions may be older than pydantic-core accepts (< 4.14):
+    the kit's own, first on PYTHONPATH, is the one imported."""
+    assert "typing-extensions" in kit.THIRD_PARTY
+    assert any(p.startswith("typing-extensions==4.1") for p in kit.STANDIN_IMAGE_PACKAGES)

@@ -1,22 +1,35 @@
 """The GPU smoke command runs every step on CPU with --dry-run (same steps, tiny sizes) and
 writes its figures as JSON; only vLLM's own `method: dflash` evaluation and the compiled flex
-kernel are left to the GPU. Without vLLM, regeneration falls back to the transformers engine."""
+kernel are left to the GPU. Without vLLM, regeneration falls back to the transformers engine.
+The device wrapper returns four files whatever happens, and a run boxed by its budget still
+writes its steps and its final figures (issue 29)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "gpu_smoke.sh"
+DEVICE_SCRIPT = SCRIPT.with_name("gpu_smoke_device.sh")
 GPU_ONLY_STEPS = {"eval-vllm", "flex-256"}
+# The figures that matter most first: train, flex-256, loss-vocab, export, acceptance.
 STEPS = [
-    "build-qwen3", "regen-qwen3", "tokenize", "build-qwen3_5", "regen-qwen3_5",
-    "train", "export", "train-qwen3_5", "flex-256", "loss-vocab", "monitor-vocab",
-    "eval-builtin", "eval-vllm",
+    "build-qwen3", "regen-qwen3", "tokenize", "train", "flex-256", "loss-vocab", "export",
+    "eval-builtin", "eval-vllm", "monitor-vocab", "build-qwen3_5", "regen-qwen3_5",
+    "train-qwen3_5",
 ]  # fmt: skip
+# What the device returns: the log, the steps, the final JSON and the rest as a tarball.
+OUT_FILES = {"gpu_smoke.log", "steps.json", "gpu_smoke.json", "gpu_smoke_rest.tar.gz"}
+# A backstop only: the full dry run must finish every step (about 2 min on 2 idle cores).
+DRY_RUN_BUDGET_S = 780
 FIGURES_OF_THE_DRY_RUN = [
     "regen_qwen3_output_tokens_per_s",
     "regen_qwen3_5_output_tokens_per_s",
@@ -32,23 +45,38 @@ FIGURES_OF_THE_DRY_RUN = [
 ]
 
 
+@pytest.mark.timeout(900)
 def test_the_gpu_smoke_dry_run_passes_every_step_and_writes_the_figures(tmp_path: Path) -> None:
     done = subprocess.run(
-        ["bash", str(SCRIPT), "--dry-run", str(tmp_path)],
+        ["bash", str(SCRIPT), "--dry-run", "--budget-s", str(DRY_RUN_BUDGET_S), "--work",
+         str(tmp_path / "work"), str(tmp_path / "out")],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=DRY_RUN_BUDGET_S + 60,
         check=False,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads((tmp_path / "gpu_smoke.json").read_text())
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == OUT_FILES - {"gpu_smoke.log"}  # no wrapper here
+    result = json.loads((out / "gpu_smoke.json").read_text())
+    assert json.loads((out / "steps.json").read_text())["steps"] == result["steps"]
     statuses = {step["name"]: step["status"] for step in result["steps"]}
     assert list(statuses) == STEPS
     assert all(statuses[name] == "OK" for name in STEPS if name not in GPU_ONLY_STEPS), statuses
     assert statuses["eval-vllm"] == statuses["flex-256"] == "SKIPPED"
-    assert result["ok"] and result["mode"] == "dry-run"
+    assert result["ok"] and result["mode"] == "dry-run" and not result["cut_by_budget"]
     steps = {step["name"]: step["figures"] for step in result["steps"]}
+    # Honest figures: the window bites (rows longer than it), the peak is held against the
+    # plan's total, and greedy speculative decoding was checked exact.
+    over, rows = (int(n) for n in steps["train"]["rows_over_window"].split("/"))
+    assert 0 < over <= rows
+    assert steps["train"]["plan_memory_mib"] > 0 and steps["eval-builtin"]["greedy_mismatches"] == 0
+    # The rest comes back as a tarball without weights.
+    with tarfile.open(out / "gpu_smoke_rest.tar.gz") as archive:
+        names = archive.getnames()
+    assert "train/metrics.jsonl" in names and "acceptance-builtin.json" in names
+    assert not [n for n in names if n.endswith((".safetensors", ".pt", ".bin"))], names
     # The production drafter's shapes ran: FSDP2 on one rank, wide heads, a sliding layer.
     assert steps["train"]["wrapped"].startswith("FSDP")
     assert result["figures"]["regen_engine"] == "transformers"
@@ -85,3 +113,48 @@ def test_a_failed_step_is_reported_with_its_error_and_the_next_step_still_runs(
     assert failed.status == "FAILED" and "RuntimeError: the regen engine died" in failed.detail
     assert skipped.status == "SKIPPED" and "needs the regen-qwen3 step" in skipped.detail
     assert ok.status == "OK" and ok.figures == {"files": 1}
+
+
+def build_fake_kit(folder: Path) -> Path:
+    """A kit of one tiny wheel, its manifest as `gpu_smoke_kit.py build` writes it: the device
+    wrapper installs it offline, then runs the smoke with the machine's (here: our) Python."""
+    folder.mkdir()
+    wheel = folder / "smokekit_probe-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("smokekit_probe/__init__.py", "")
+        archive.writestr("smokekit_probe-1.0.dist-info/METADATA",
+                         "Metadata-Version: 2.1\nName: smokekit-probe\nVersion: 1.0\n")  # fmt: skip
+        archive.writestr("smokekit_probe-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+        archive.writestr("smokekit_probe-1.0.dist-info/RECORD", "")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"name": wheel.name, "size": wheel.stat().st_size, "sha256": digest}
+    (folder / "kit.json").write_text(json.dumps({"files": [entry]}))
+    return folder
+
+
+@pytest.mark.parametrize("budget_s", [1, 25])
+def test_a_run_cut_by_its_budget_still_returns_its_steps_and_final_figures(
+    tmp_path: Path, budget_s: int
+) -> None:
+    """The device wrapper under a forced short budget: the running step is stopped (or never
+    started), the rest are skipped, and the four files come back; the run is not ok (exit 1)."""
+    kit = build_fake_kit(tmp_path / "kit")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(DEVICE_SCRIPT), "--dry-run", "--budget-s", str(budget_s)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "OUT": str(out), "GPU_SMOKE_KIT": str(kit), "PYTHON": sys.executable,
+             "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {p.name for p in out.iterdir()} == OUT_FILES
+    result = json.loads((out / "gpu_smoke.json").read_text())
+    steps = json.loads((out / "steps.json").read_text())
+    assert not result["ok"] and result["budget_s"] == budget_s
+    assert [s["name"] for s in steps["steps"]] == STEPS == [s["name"] for s in result["steps"]]
+    assert result["cut_by_budget"] and set(result["cut_by_budget"]) <= set(STEPS)
+    assert all(s["detail"].startswith("budget:") for s in result["steps"]
+               if s["name"] in result["cut_by_budget"])  # fmt: skip
+    assert steps["running"] is None  # the last write was after the last step
+    log = (out / "gpu_smoke.log").read_text()
+    assert "cut by the budget" in log and "kit installed" in log

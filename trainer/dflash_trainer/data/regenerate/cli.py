@@ -27,6 +27,7 @@ from dflash_trainer.data.regenerate.canary import (
     select_canary,
 )
 from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec, shard_seed
+from dflash_trainer.data.regenerate.hf_options import DEVICES
 from dflash_trainer.data.regenerate.runner import DEFAULT_IN_FLIGHT, ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
 from dflash_trainer.data.regenerate.vllm_engine import parse_engine_args
@@ -86,7 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="vLLM's max_num_seqs; unset: vLLM's own choice for the GPU",
     )
-    p.add_argument("--dtype", default="auto")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="the target's dtype (vLLM's names: auto, bfloat16, float16, float32); transformers "
+        "engine: auto is float32 on the CPU and the checkpoint's half precision on a GPU",
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="transformers engine: where the target runs (auto: the GPU when torch sees one)",
+    )
     p.add_argument("--enforce-eager", action="store_true", help="vllm: skip CUDA graph capture")
     p.add_argument(
         "--engine-arg",
@@ -232,6 +244,8 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
             args.batch_size,
             args.threads,
             args.revision,
+            dtype=args.dtype,
+            device=args.device,
         )
     from dflash_trainer.data.regenerate.vllm_engine import (
         VllmEngine,

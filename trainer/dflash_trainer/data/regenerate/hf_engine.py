@@ -1,14 +1,17 @@
 """The transformers engine: continuous batching on CPU (tests, the demo) or a single GPU.
 
 Slow next to vLLM but exact and dependency-free; the tiny target makes it fast enough for CI.
-Where transformers' continuous batching cannot run the sampling asked for (`is_streamable`), the
-engine falls back to static batches of `model.generate`, each waiting for its slowest answer.
+The target loads on the GPU when there is one (`--device`), in the declared `--dtype`
+(`hf_options`). Where transformers' continuous batching cannot run the sampling asked for
+(`is_streamable`), or lacks an option the answers depend on, the engine falls back to static
+batches of `model.generate`, each waiting for its slowest answer.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from collections import deque
 from typing import Any
 
@@ -19,6 +22,13 @@ from dflash_trainer.data.regenerate.engine import (
     FINISH_STOP,
     Generation,
     SamplingSpec,
+)
+from dflash_trainer.data.regenerate.hf_options import (
+    REQUIRED_OPTIONS,
+    accepted_options,
+    build_batching_options,
+    resolve_device,
+    resolve_dtype,
 )
 
 # Measured: transformers 5.20.2 sizes the CPU cache of continuous batching from psutil and refuses
@@ -75,16 +85,22 @@ class TransformersEngine:
         threads: int | None = None,
         revision: str | None = None,
         streaming: bool | None = None,
+        dtype: str = "auto",
+        device: str = "auto",
     ) -> None:
         import transformers
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
         torch.manual_seed(seed)  # one seed per shard (engine.shard_seed)
+        self.device = torch.device(resolve_device(device, torch.cuda.is_available()))
+        config = AutoConfig.from_pretrained(model_dir, revision=revision)
+        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        self.dtype = getattr(torch, resolve_dtype(dtype, self.device.type, str(stored or "")))
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.float32, revision=revision
-        )
+            model_dir, dtype=self.dtype, revision=revision
+        ).to(self.device)
         self.model.train(False)
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -94,12 +110,22 @@ class TransformersEngine:
         self.batch_size = batch_size
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else eot_id
-        self.on_cpu = self.model.device.type == "cpu"
+        self.on_cpu = self.device.type == "cpu"
         has_psutil = importlib.util.find_spec("psutil") is not None
+        self._batching, dropped = self._batching_options()
         if streaming is None:
-            streaming = is_streamable(
-                sampling, transformers.__version__, has_psutil, self.on_cpu
-            ) and has_paged_layers_only(self.model.config)
+            streaming = (
+                is_streamable(sampling, transformers.__version__, has_psutil, self.on_cpu)
+                and has_paged_layers_only(self.model.config)
+                and not REQUIRED_OPTIONS.intersection(dropped)
+            )
+        if streaming and dropped:
+            print(
+                f"transformers {transformers.__version__} has no continuous-batching option "
+                f"{', '.join(dropped)}: left out",
+                file=sys.stderr,
+                flush=True,
+            )
         self.streaming = streaming
         self._queue: deque[tuple[str, list[int]]] = deque()  # static batches only
         self._unfinished: set[str] = set()
@@ -173,8 +199,8 @@ class TransformersEngine:
             kwargs["repetition_penalty"] = s.repetition_penalty
         return kwargs
 
-    def _start_manager(self) -> Any:
-        from transformers import GenerationConfig
+    def _batching_options(self) -> tuple[dict[str, Any], list[str]]:
+        """The ContinuousBatchingConfig arguments, under the installed transformers' names."""
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
         slots: dict[str, Any] = {"max_requests_per_batch": self.batch_size, "seed": self.seed}
@@ -189,10 +215,17 @@ class TransformersEngine:
                 "use_async_batching": False,
                 "auto_switch_to_flash": False,
             }
+        return build_batching_options(slots, accepted_options(ContinuousBatchingConfig))
+
+    def _start_manager(self) -> Any:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
         build_config: Any = GenerationConfig  # untyped in transformers
         config = build_config(**self._generation_kwargs())
         self._manager = self.model.init_continuous_batching(
-            generation_config=config, continuous_batching_config=ContinuousBatchingConfig(**slots)
+            generation_config=config,
+            continuous_batching_config=ContinuousBatchingConfig(**self._batching),
         )
         self._manager.start()
         return self._manager
@@ -204,6 +237,7 @@ class TransformersEngine:
         for row, prompt in enumerate(prompts):  # left padding: generation continues at the end
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
             attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         with torch.no_grad():
             generated = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, **self._generation_kwargs()
