@@ -179,7 +179,8 @@ class Smoke:
         left = self.remaining_s
         if left < max(min_s, 1.0):
             report.status = "SKIPPED"
-            report.detail = f"{BUDGET_SKIP} {max(left, 0):.0f} s of the budget left, the step needs {min_s:.0f} s"
+            needs = f", the step needs about {min_s:.0f} s" if min_s else ""
+            report.detail = f"{BUDGET_SKIP} {max(left, 0):.0f} s of the budget left{needs}"
             return self._record(report)
         self.write_steps(running=name)
         start = time.perf_counter()

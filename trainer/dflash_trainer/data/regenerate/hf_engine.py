@@ -98,9 +98,10 @@ class TransformersEngine:
         config = AutoConfig.from_pretrained(model_dir, revision=revision)
         stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         self.dtype = getattr(torch, resolve_dtype(dtype, self.device.type, str(stored or "")))
-        self.model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=self.dtype, revision=revision
-        ).to(self.device)
+        )
+        self.model = model.to(self.device)
         self.model.train(False)
         self.tokenizer = tokenizer
         self.sampling = sampling
