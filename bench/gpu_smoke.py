@@ -309,16 +309,31 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
         if engine == "vllm"
         else ["--batch-size", "32" if s.device == "cuda" else "8"]
     )
-    start = time.perf_counter()
-    smoke.cli(
-        "dflash_trainer.data.regenerate",
-        "--run-root", str(root), "--sources", str(smoke.dir / "sources.yaml"),
-        "--model", str(target.path), "--engine", engine, "--dtype", s.dtype,
-        "--max-tokens", str(s.max_tokens), "--termination-log", str(root / "regen.result.json"),
-        *engine_args,
-        log=f"regen-{arch}",
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
+
+    def run(*extra: str) -> float:
+        start = time.perf_counter()
+        smoke.cli(
+            "dflash_trainer.data.regenerate",
+            "--run-root", str(root), "--sources", str(smoke.dir / "sources.yaml"),
+            "--model", str(target.path), "--engine", engine, "--dtype", s.dtype,
+            "--max-tokens", str(s.max_tokens), "--termination-log",
+            str(root / "regen.result.json"), *engine_args, *extra,
+            log=f"regen-{arch}{'-'.join(['', *extra[1:]])}",
+        )  # fmt: skip
+        return time.perf_counter() - start
+
+    retried = None
+    try:
+        seconds = run()
+    except StepError as exc:
+        if engine != "transformers":
+            raise
+        # The training figures depend on this step: where transformers' continuous batching
+        # fails on this machine, static batches of `generate` still give the rows (the first
+        # error is kept in the figures).
+        retried = str(exc).splitlines()[-1][:300]
+        print(f"    continuous batching failed ({retried}); again with --batching static")
+        seconds = run("--batching", "static")
     manifest = read_json(ShardStore(str(root), 0, 1).commit_uri)
     if manifest["samples"] != s.prompts or manifest["outputTokens"] <= 0:
         raise StepError(f"regenerated {manifest['samples']} of {s.prompts} prompts: {manifest}")
@@ -328,6 +343,7 @@ def regenerate(smoke: Smoke, arch: str) -> dict[str, Any]:
         "samples": manifest["samples"],
         "output_tokens": manifest["outputTokens"],
         "output_tokens_per_s": round(manifest["outputTokens"] / seconds, 1),
+        "retried_static_after": retried,
     }
 
 

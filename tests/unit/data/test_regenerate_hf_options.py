@@ -10,6 +10,7 @@ from dflash_trainer.data.regenerate.hf_options import (
     build_batching_options,
     resolve_device,
     resolve_dtype,
+    resolve_streaming,
 )
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -59,6 +60,12 @@ def test_the_declared_dtype_is_used_and_auto_follows_the_device_and_checkpoint(
 def test_an_unknown_dtype_is_refused_with_what_is_accepted() -> None:
     with pytest.raises(EngineOptionError, match=r"--dtype 'int8' is not a dtype: use one of auto"):
         resolve_dtype("int8", "cuda", None)
+
+
+def test_batching_modes_map_to_the_engines_streaming_choice() -> None:
+    assert [resolve_streaming(m) for m in ("auto", "continuous", "static")] == [None, True, False]
+    with pytest.raises(EngineOptionError, match=r"--batching 'paged'.*auto, continuous, static"):
+        resolve_streaming("paged")
 
 
 def test_the_cpu_options_construct_the_installed_transformers_config() -> None:

@@ -16,6 +16,7 @@ from dflash_trainer.data.chat_template import ChatTemplate
 from dflash_trainer.data.regenerate.cli import main as regenerate_main
 from dflash_trainer.data.regenerate.engine import SamplingSpec, generate_all
 from dflash_trainer.data.regenerate.hf_engine import TransformersEngine
+from dflash_trainer.data.regenerate.hf_options import EngineOptionError
 from dflash_trainer.data.regenerate.shard_store import ShardStore
 from dflash_trainer.tiny.build import TinyTarget, build_tiny_target
 from dflash_trainer.tiny.prompts import build_prompt_records
@@ -76,9 +77,13 @@ def test_continuous_batching_streams_with_the_installed_transformers(tiny: TinyT
     assert all(0 < len(tokens) <= MAX_TOKENS for tokens in got)
 
 
-def test_regeneration_on_the_transformers_engine_passes(tiny: TinyTarget, tmp_path: Path) -> None:
-    """The regenerate CLI end to end, as the GPU smoke's `regen-qwen3` step runs it; with psutil
-    installed (the version floor, the GPU machine) the engine streams."""
+@pytest.mark.parametrize("batching", ["auto", "static"])
+def test_regeneration_on_the_transformers_engine_passes(
+    tiny: TinyTarget, tmp_path: Path, batching: str
+) -> None:
+    """The regenerate CLI end to end, as the GPU smoke's `regen-qwen3` step runs it (and its
+    retry with static batches); with psutil installed (the version floor, the GPU machine) the
+    engine streams."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in build_prompt_records(PROMPTS)))
     sources = tmp_path / "sources.yaml"
@@ -87,13 +92,22 @@ def test_regeneration_on_the_transformers_engine_passes(tiny: TinyTarget, tmp_pa
     code = regenerate_main([
         "--run-root", str(root), "--sources", str(sources), "--model", str(tiny.path),
         "--engine", "transformers", "--dtype", "auto", "--max-tokens", str(MAX_TOKENS),
-        "--batch-size", str(PROMPTS), "--threads", "1",
+        "--batch-size", str(PROMPTS), "--threads", "1", "--batching", batching,
         "--termination-log", str(tmp_path / "result.json"),
     ])  # fmt: skip
     result = json.loads((tmp_path / "result.json").read_text())
     assert code == 0, result
     manifest = json.loads(Path(ShardStore(str(root), 0, 1).commit_uri).read_text())
     assert manifest["samples"] == PROMPTS and manifest["outputTokens"] > 0
+
+
+def test_forced_continuous_batching_refuses_sampling_it_would_drop(tiny: TinyTarget) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny.path)
+    with pytest.raises(EngineOptionError, match=r"--batching continuous.*min_p"):
+        TransformersEngine(
+            str(tiny.path), tokenizer, SamplingSpec(min_p=0.05), tiny.eos_token_id, seed=0,
+            context=512, batch_size=2, threads=1, streaming=True, device="cpu",
+        )  # fmt: skip
 
 
 @pytest.mark.skipif(

@@ -158,3 +158,38 @@ def test_a_run_cut_by_its_budget_still_returns_its_steps_and_final_figures(
     assert steps["running"] is None  # the last write was after the last step
     log = (out / "gpu_smoke.log").read_text()
     assert "cut by the budget" in log and "kit installed" in log
+
+
+def test_regeneration_retries_with_static_batches_when_continuous_batching_fails(
+    tmp_path: Path,
+) -> None:
+    """The training figures depend on regeneration: a transformers engine whose continuous
+    batching fails on the machine gets one more try with `--batching static`."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from dflash_trainer.data.regenerate.shard_store import ShardStore
+
+    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT.with_suffix(".py"))
+    assert spec and spec.loader
+    smoke_module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_smoke"] = smoke_module
+    spec.loader.exec_module(smoke_module)
+    smoke = smoke_module.Smoke(smoke_module.DRY, tmp_path)
+    smoke.state["target-qwen3"] = SimpleNamespace(path=tmp_path / "tiny")
+    calls: list[tuple[str, ...]] = []
+
+    def fake_cli(module: str, *args: str, log: str) -> None:
+        calls.append(args)
+        if len(calls) == 1:
+            raise smoke_module.StepError("exit 1\nTypeError: unexpected keyword 'page_size'")
+        commit = Path(ShardStore(str(tmp_path / "run-qwen3"), 0, 1).commit_uri)
+        commit.parent.mkdir(parents=True, exist_ok=True)
+        commit.write_text(json.dumps({"samples": smoke.sizes.prompts, "outputTokens": 64}))
+
+    smoke.cli = fake_cli
+    figures = smoke_module.regenerate(smoke, "qwen3")
+    assert len(calls) == 2 and "--batching" not in calls[0]
+    assert calls[1][-2:] == ("--batching", "static")
+    assert "page_size" in figures["retried_static_after"]
+    assert figures["samples"] == smoke.sizes.prompts

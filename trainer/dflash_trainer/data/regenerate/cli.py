@@ -27,7 +27,7 @@ from dflash_trainer.data.regenerate.canary import (
     select_canary,
 )
 from dflash_trainer.data.regenerate.engine import Engine, SamplingSpec, shard_seed
-from dflash_trainer.data.regenerate.hf_options import DEVICES
+from dflash_trainer.data.regenerate.hf_options import BATCHING, DEVICES, resolve_streaming
 from dflash_trainer.data.regenerate.runner import DEFAULT_IN_FLIGHT, ShardPlan, ShardRunner
 from dflash_trainer.data.regenerate.shard_store import ShardStore
 from dflash_trainer.data.regenerate.vllm_engine import parse_engine_args
@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=DEVICES,
         default="auto",
         help="transformers engine: where the target runs (auto: the GPU when torch sees one)",
+    )
+    p.add_argument(
+        "--batching",
+        choices=BATCHING,
+        default="auto",
+        help="transformers engine: continuous batching, static batches of generate, or auto "
+        "(continuous where it keeps the sampling asked for)",
     )
     p.add_argument("--enforce-eager", action="store_true", help="vllm: skip CUDA graph capture")
     p.add_argument(
@@ -244,6 +251,7 @@ def build_engine(args: argparse.Namespace, target: Target, sampling: SamplingSpe
             args.batch_size,
             args.threads,
             args.revision,
+            streaming=resolve_streaming(args.batching),
             dtype=args.dtype,
             device=args.device,
         )

@@ -25,6 +25,7 @@ from dflash_trainer.data.regenerate.engine import (
 )
 from dflash_trainer.data.regenerate.hf_options import (
     REQUIRED_OPTIONS,
+    EngineOptionError,
     accepted_options,
     build_batching_options,
     resolve_device,
@@ -119,6 +120,11 @@ class TransformersEngine:
                 is_streamable(sampling, transformers.__version__, has_psutil, self.on_cpu)
                 and has_paged_layers_only(self.model.config)
                 and not REQUIRED_OPTIONS.intersection(dropped)
+            )
+        elif streaming and not is_streamable(sampling, "99.0", True, on_cpu=False):
+            raise EngineOptionError(
+                "--batching continuous: transformers' continuous batching drops min_p and the "
+                "repetition penalty this sampling sets; use --batching static or auto"
             )
         if streaming and dropped:
             print(

@@ -14,6 +14,9 @@ from typing import Any
 from dflash_trainer.data.errors import BadInputError
 
 DEVICES = ("auto", "cpu", "cuda")
+# `--batching`: transformers' continuous batching, static batches of `generate`, or the first
+# where it can run the sampling asked for.
+BATCHING = ("auto", "continuous", "static")
 # vLLM's `--dtype` names (the regeneration CLI takes one flag for both engines), with the torch
 # dtype each one means.
 DTYPE_NAMES: Mapping[str, str] = {
@@ -48,6 +51,15 @@ def resolve_device(requested: str, cuda_available: bool) -> str:
     if requested == AUTO:
         return "cuda" if cuda_available else "cpu"
     return requested
+
+
+def resolve_streaming(batching: str) -> bool | None:
+    """`--batching` as the engine's `streaming` (None: the engine decides)."""
+    if batching not in BATCHING:
+        raise EngineOptionError(
+            f"--batching {batching!r} is not a mode: use one of {', '.join(BATCHING)}"
+        )
+    return {"auto": None, "continuous": True, "static": False}[batching]
 
 
 def resolve_dtype(declared: str, device: str, checkpoint_dtype: str | None) -> str:
