@@ -149,7 +149,7 @@ class LikelihoodSection(Section):
     default_k: Annotated[int, Field(ge=1)] = 20
     max_off_distribution_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
     min_source_rows: Annotated[int, Field(ge=1)] = 50
-    engine_tolerance: Annotated[float, Field(ge=0.0)] = 0.5
+    engine_tolerance: Annotated[float, Field(ge=0.0)] = 0.25  # rows.DEFAULT_ENGINE_TOLERANCE
     nll_tolerance: Annotated[float, Field(ge=0.0)] = 0.01
     row_outside_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.005
     row_z: Annotated[float, Field(gt=0.0)] = 4.0

@@ -1,8 +1,9 @@
 """Per-row likelihood figures and the off-distribution rule, from per-token numbers.
 
 A row is **off-distribution** when either
-- more than `row_outside_share` of its supervised tokens lie outside the sampler's support by
-  more than `engine_tolerance` nats (a token the regeneration could not have drawn), or
+- more than `row_outside_share` of its supervised tokens lie outside the support of every
+  sampler whose logits are within `engine_tolerance` nats of the scorer's (a token the
+  regeneration could not have drawn: its margin, `gap`, exceeds the tolerance), or
 - its total NLL exceeds what the sampler's own draws would give by more than `row_z` standard
   deviations: z = (sum(nll - mu) - nll_tolerance * n) / sqrt(sum(var)) over the positions whose
   support is known (tokens drawn from the right distribution give z ~ N(0, 1)).
@@ -16,6 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The engine tolerance (nats per logit, sup-norm): one bf16 spacing at logit magnitudes 32-64
+# (0.125 at 16-32). Two bf16 engines that each round to nearest differ by up to one spacing;
+# Qwen-sized targets' top logits lie at 20-40. docs/audit-gates.md 8.2 and docs/benchmarks.md
+# ("Target likelihood") give the measured false-positive rates against simulated noise.
+DEFAULT_ENGINE_TOLERANCE = 0.25
 # Bins of the per-row NLL histogram: hundredths of a nat per token.
 NLL_BIN = 0.01
 
@@ -24,7 +30,7 @@ NLL_BIN = 0.01
 class RowRule:
     """The row rule's settings (`spec.audit.likelihood`)."""
 
-    engine_tolerance: float = 0.5
+    engine_tolerance: float = DEFAULT_ENGINE_TOLERANCE
     nll_tolerance: float = 0.01
     row_outside_share: float = 0.005
     row_z: float = 4.0
