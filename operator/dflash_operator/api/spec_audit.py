@@ -173,7 +173,8 @@ class LikelihoodGate(ApiModel):
     row_outside_share: float = _rate(
         0.005,
         "A row is off-distribution when more than this share of its supervised tokens lie "
-        "outside the sampler's support (a 200-token row: one token).",
+        "outside the sampler's support (a 200-token row: two or more tokens, since one is not more "
+        "than 0.5%).",
     )
     row_z: float = Field(
         default=4.0,

@@ -274,7 +274,8 @@ class Thresholds(BaseModel):
         ge=0,
         le=1,
         description="A row is off-distribution when more than this share of its supervised "
-        "tokens lie outside the sampler's support (a 200-token row: one token).",
+        "tokens lie outside the sampler's support (a 200-token row: two or more tokens, since one is not more "
+        "than 0.5%).",
     )
     row_z: float = Field(
         default=4.0,
