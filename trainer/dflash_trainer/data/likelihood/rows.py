@@ -46,6 +46,7 @@ class RowFigures:
     outside: np.ndarray  # tokens outside the support (beyond the tolerance)
     z: np.ndarray  # the NLL excess in standard deviations (0 where it cannot be judged)
     off: np.ndarray  # bool: off-distribution
+    share_k: np.ndarray  # k of the top-k share per row
 
     @property
     def outside_share(self) -> np.ndarray:
@@ -67,14 +68,16 @@ def build_row_figures(
     gap: np.ndarray,
     mu: np.ndarray,
     var: np.ndarray,
-    share_k: int,
+    share_k: int | np.ndarray,
     rule: RowRule,
 ) -> RowFigures:
-    """Row figures from flat per-token arrays; row i is `[offsets[i], offsets[i+1])`."""
+    """Row figures from flat per-token arrays; row i is `[offsets[i], offsets[i+1])`;
+    `share_k`: k of the top-k share, one for all rows or one per row (rows of several sources)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     tokens = np.diff(offsets)
     nll = _row_sums(-lp.astype(np.float64), offsets) / np.maximum(tokens, 1)
-    top_k = _row_sums((rank >= share_k).astype(np.float64), offsets) / np.maximum(tokens, 1)
+    k = np.repeat(share_k, tokens) if isinstance(share_k, np.ndarray) else share_k
+    top_k = _row_sums((rank >= k).astype(np.float64), offsets) / np.maximum(tokens, 1)
     outside = _row_sums((gap > rule.engine_tolerance).astype(np.float64), offsets)
     judged = np.isfinite(mu) & np.isfinite(var)
     excess = _row_sums(np.where(judged, -lp - mu, 0.0), offsets)
@@ -84,7 +87,8 @@ def build_row_figures(
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(spread > 1e-9, shifted / np.sqrt(spread), 0.0)
     off = (outside > rule.row_outside_share * tokens) | (z > rule.row_z)
-    return RowFigures(tokens, nll, top_k, outside.astype(np.int64), z, off & (tokens > 0))
+    ks = share_k if isinstance(share_k, np.ndarray) else np.full(len(tokens), share_k)
+    return RowFigures(tokens, nll, top_k, outside.astype(np.int64), z, off & (tokens > 0), ks)
 
 
 def least_likely(lp: np.ndarray, count: int) -> np.ndarray:
