@@ -140,3 +140,22 @@ def test_the_score_stage_judges_each_imported_source_by_the_sampling_it_declares
     hot = rules["hot"]
     assert (hot.temperature, hot.top_p, hot.top_k, hot.min_p) == (1.0, 0.95, 0, 0.0)
     assert hot.default_k == spec.audit.likelihood.top_k
+
+
+def test_the_training_monitor_gets_each_imported_sources_declared_sampling() -> None:
+    from dflash_operator.children.config_map import build_likelihood_section
+    from dflash_trainer.train.config import LikelihoodSection
+
+    doc = yaml.safe_load((EXAMPLES / "tiny-cpu.yaml").read_text())["spec"]
+    doc["regeneration"]["enabled"] = False
+    doc["data"]["sources"] = [
+        {"name": "hot", "uri": "s3://bucket/hot.jsonl", "format": "regenerated",
+         "sampling": {"temperature": 1.0, "topP": 0.95}},
+        {"name": "mystery", "uri": "s3://bucket/m.jsonl", "format": "regenerated"},
+    ]  # fmt: skip
+    section = LikelihoodSection.model_validate(
+        build_likelihood_section(DFlashRunSpec.model_validate(doc))
+    )
+    assert section.sources["mystery"] is None
+    hot = section.sources["hot"]
+    assert hot is not None and (hot.temperature, hot.top_p, hot.top_k) == (1.0, 0.95, 0)

@@ -155,6 +155,11 @@ class Trainer:
             if cfg.likelihood.every_steps > 0
             else None
         )
+        if self.monitor is not None and self.monitor.unjudged:
+            log.warning(
+                "likelihood monitor: sources not judged (sampling unknown: declare "
+                "spec.data.sources[].sampling): %s", ", ".join(self.monitor.unjudged),
+            )  # fmt: skip
         self.stopped: MonitorFailure | None = None
 
     # -- checkpoints -------------------------------------------------------------------
