@@ -137,3 +137,23 @@ def test_each_source_is_judged_by_its_declared_sampling_and_an_unknown_one_is_ne
     assert monitor is not None and monitor.unjudged == ["other-model"]
     snapshot = monitor.snapshot()
     assert snapshot["offRows"] == 0 and set(snapshot["sources"]) == {"own"}
+
+
+def test_the_monitors_totals_survive_a_resume(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    tokenized = write(tmp_path / "tokenized", {"own": good})
+    raw = config(quick_config, tokenized).model_dump()
+    raw["optim"]["max_steps"] = 12
+    raw["checkpoint"] |= {"every_steps": 12, "resume": True}
+    first = Trainer(TrainConfig.model_validate(raw), init_distributed(timeout_minutes=5))
+    assert first.run().step == 12
+    raw["optim"]["max_steps"] = 24
+    resumed = Trainer(TrainConfig.model_validate(raw), init_distributed(timeout_minutes=5))
+    assert resumed.run().step == 24
+    assert resumed.monitor is not None
+    # 12 monitored steps of 8 rows over both runs, not only the 6 after the resume.
+    assert resumed.monitor.snapshot()["scoredRows"] == 12 * 8
+    assert resumed.monitor.steps_scored == 12

@@ -230,6 +230,26 @@ class LikelihoodMonitor:
             )
         return self.failure
 
+    def state(self) -> dict[str, Any]:
+        """The totals so far (every rank holds the same, summed over the ranks), for the
+        trainer's checkpoint: a resumed run goes on counting instead of restarting at zero."""
+        return {
+            "totals": {n: self.totals[i].tolist() for i, n in enumerate(self.names)},
+            "stepsScored": self.steps_scored,
+            "lastStep": self.last_step,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Totals from a checkpoint's `state()` (None: a checkpoint from before they were
+        saved; the totals then start at the resumed step). Sources matched by name."""
+        if not state:
+            return
+        for name, values in (state.get("totals") or {}).items():
+            if name in self.names and len(values) == self.totals.shape[1]:
+                self.totals[self.names.index(name)] = np.asarray(values, dtype=np.float64)
+        self.steps_scored = int(state.get("stepsScored", 0))
+        self.last_step = int(state.get("lastStep", 0))
+
     def rate(self, i: int) -> float:
         scored = self.totals[i, SCORED]
         return float(self.totals[i, OFF] / scored) if scored else 0.0

@@ -195,6 +195,8 @@ class Trainer:
             )
         self.scheduler.load_state_dict(state["scheduler"])
         self.cursor.restore(state["data"])
+        if self.monitor is not None:
+            self.monitor.restore(state.get("likelihood"))
         self.step = int(state["step"])
         self.last_loss = float(state.get("loss", float("nan")))
         self.last_saved_step = self.step
@@ -219,6 +221,7 @@ class Trainer:
                 "globalBatch": self.global_batch,
                 "drafter": self.drafter_cfg.to_dict(),
                 "config": self.cfg.model_dump(mode="json"),
+                **({"likelihood": self.monitor.state()} if self.monitor is not None else {}),
             }
             folder = ckpt.staging_folder(self.step)
             ckpt.write_checkpoint_files(
