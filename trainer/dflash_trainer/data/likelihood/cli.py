@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="transformers engine: where the target scores")  # fmt: skip
+    p.add_argument("--force-cpu-scoring", action="store_true",
+                   help="transformers on CPU: score although the estimate says the target does "
+                   "not fit")  # fmt: skip
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--max-model-len", type=int)
@@ -151,6 +154,15 @@ def build_scorer(args: argparse.Namespace, rule: SamplingRule) -> tuple[Any, str
     device: str = (
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
+    if device == "cpu":
+        from dflash_trainer.data.likelihood.cpu_budget import (
+            check_cpu_scoring,
+            estimate_cpu_scoring,
+        )
+
+        folder = Path(resolve_model_dir(args.model, include_weights=True))
+        budget = estimate_cpu_scoring(folder, getattr(args, "score_tokens", 0))
+        print(check_cpu_scoring(budget, args.force_cpu_scoring), flush=True)
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     dtype = dtypes.get(args.dtype) or (torch.bfloat16 if device == "cuda" else torch.float32)
     model: Any = AutoModelForCausalLM.from_pretrained(
@@ -223,6 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows, mismatched = tokenize_completions(chosen, build_row_tokenizer(args, tokenizer))
     rules = build_source_rules(args)
     fallback = undeclared_rule(args)
+    args.score_tokens = sum(len(r.input_ids) for r in rows)
     scorer, name, vocab = build_scorer(args, fallback or UNKNOWN_RULE)
     scored = []
     for key, group in group_by_rule(rows, rules, fallback).items():
