@@ -23,7 +23,7 @@ from dflash_trainer.data.audit.metrics import OVERALL, GateMetrics, GroupMetrics
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.likelihood.rows import NLL_BIN, RowFigures, RowRule, build_row_figures
 from dflash_trainer.data.likelihood.rows import least_likely as least_likely_positions
-from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import SOURCE_RULES_KEY, ScoresMeta
 
 NLL_PLOT = "nll_per_token"

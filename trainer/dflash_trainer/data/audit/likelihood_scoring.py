@@ -13,7 +13,7 @@ from typing import Any
 from dflash_trainer.data.audit.dataset import iter_batches
 from dflash_trainer.data.errors import BadInputError
 from dflash_trainer.data.likelihood.cpu_budget import check_cpu_scoring, estimate_cpu_scoring
-from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import ScoresMeta, has_scores, read_scores, write_scores
 from dflash_trainer.storage import StorageError, is_s3_uri
 

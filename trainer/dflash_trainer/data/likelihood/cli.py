@@ -23,12 +23,12 @@ from typing import Any
 
 from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
 from dflash_trainer.data.errors import BadInputError
-from dflash_trainer.data.likelihood.rule import SamplingRule
 from dflash_trainer.data.likelihood.sample import (
     COMPLETION_COLUMNS,
     select_rows,
     tokenize_completions,
 )
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import SOURCE_RULES_KEY, ScoresMeta, write_scores
 from dflash_trainer.data.likelihood.types import TokenizedRow
 from dflash_trainer.data.regenerate.engine import SamplingSpec

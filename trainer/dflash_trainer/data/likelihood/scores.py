@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.types import RowScores
 from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
 
