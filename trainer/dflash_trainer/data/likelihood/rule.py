@@ -69,25 +69,32 @@ def _outside_top_p(
     that could share the candidate set with it, each raised by eps, already reaches top-p."""
     t = rule.temperature
     e = eps[:, None]
-    above = top > token_lp[:, None] + 2 * e
-    cand = torch.ones_like(above)
-    if 0 < rule.top_k <= top.shape[1]:  # fewer than k tokens certainly above it
-        cand &= top[:, rule.top_k - 1 : rule.top_k] <= top + 2 * e
-    if rule.min_p > 0:
-        cand &= top - top[:, :1] + 2 * e >= t * math.log(rule.min_p)
-    rest = (cand | (top == token_lp[:, None])) & ~above
+    above = top > token_lp[:, None] + 2 * e  # a prefix of the sorted top K
     ninf = torch.full_like(top, -math.inf)
     log_above = torch.logsumexp(torch.where(above, (top - e) / t, ninf), dim=1)
-    log_rest = torch.logsumexp(torch.where(rest, (top + e) / t, ninf), dim=1)
-    unseen = token_lp < top[:, -1]  # the token itself is below the K read
-    log_rest = torch.where(unseen, torch.logaddexp(log_rest, (token_lp + eps) / t), log_rest)
-    # Tokens below the top K join the candidates unless top-k or min-p certainly cut them.
-    tail_in = torch.ones_like(unseen)
-    if 0 < rule.top_k <= top.shape[1]:
-        tail_in &= top[:, rule.top_k - 1] <= top[:, -1] + 2 * eps
+    possible = torch.ones_like(above)  # could pass min-p under some sampler within eps
     if rule.min_p > 0:
-        tail_in &= top[:, -1] - top[:, 0] + 2 * eps >= t * math.log(rule.min_p)
-    log_rest = torch.where(tail_in, torch.logaddexp(log_rest, log_tail + eps / t), log_rest)
+        possible &= top - top[:, :1] + 2 * e >= t * math.log(rule.min_p)
+    if 0 < rule.top_k <= top.shape[1]:
+        # Exactly k candidates (a tie at the k-th value, which vLLM would keep, has
+        # probability zero in floating point): besides A, k - |A| tokens, at most the k - |A|
+        # heaviest that are not in A, i.e. entries |A| .. k-1 of the sorted top K; the token
+        # itself weighs no more than they do unless it is one of them. Nothing below the K.
+        index = torch.arange(top.shape[1], device=top.device)[None, :]
+        rest = ~above & (index < rule.top_k) & possible
+        log_rest = torch.logsumexp(torch.where(rest, (top + e) / t, ninf), dim=1)
+        log_rest = torch.logaddexp(log_rest, torch.where(
+            rest.any(dim=1), torch.full_like(token_lp, -math.inf), (token_lp + eps) / t))  # fmt: skip
+    else:
+        rest = (possible | (top == token_lp[:, None])) & ~above
+        log_rest = torch.logsumexp(torch.where(rest, (top + e) / t, ninf), dim=1)
+        unseen = token_lp < top[:, -1]  # the token itself is below the K read
+        log_rest = torch.where(unseen, torch.logaddexp(log_rest, (token_lp + eps) / t), log_rest)
+        # Tokens below the top K join the candidates unless min-p certainly cuts them.
+        tail_in = torch.ones_like(unseen)
+        if rule.min_p > 0:
+            tail_in &= top[:, -1] - top[:, 0] + 2 * eps >= t * math.log(rule.min_p)
+        log_rest = torch.where(tail_in, torch.logaddexp(log_rest, log_tail + eps / t), log_rest)
     share = log_above - torch.logaddexp(log_above, log_rest)
     return share >= math.log(rule.top_p)
 
