@@ -16,6 +16,10 @@ from pydantic import Field
 from dflash_operator.api.base import ApiModel, NodePoolName, nested, stage_deadline
 from dflash_operator.api.spec_resources import Resources, resources_field
 
+# Nats per logit: one bf16 spacing at logit magnitudes 32-64, where two bf16 engines that each
+# round to nearest can differ (dflash_trainer.data.likelihood.rows.DEFAULT_ENGINE_TOLERANCE).
+DEFAULT_ENGINE_TOLERANCE = 0.25
+
 
 def _rate(default: float, description: str) -> Any:
     """A fraction in [0, 1]."""
@@ -146,13 +150,15 @@ class LikelihoodGate(ApiModel):
         ),
     )
     engine_tolerance: float = Field(
-        default=0.5,
+        default=DEFAULT_ENGINE_TOLERANCE,
         ge=0,
         le=20,
         description=(
-            "Nats: a token lies outside the sampler's support only when its log-probability "
-            "is more than this below the support's boundary (numerical differences between "
-            "the generating engine and the scorer, e.g. vLLM bf16 vs transformers)."
+            "Nats per logit: the largest difference the generating engine's logits may have "
+            "from the scorer's (sup-norm; e.g. vLLM bf16 vs transformers). A token lies "
+            "outside the sampler's support only when it is outside under every sampler within "
+            "this tolerance (a moving top-p boundary, ties at the top-k edge); default: one "
+            "bf16 spacing at logit magnitudes 32-64."
         ),
     )
     nll_tolerance: float = Field(
@@ -167,7 +173,8 @@ class LikelihoodGate(ApiModel):
     row_outside_share: float = _rate(
         0.005,
         "A row is off-distribution when more than this share of its supervised tokens lie "
-        "outside the sampler's support (a 200-token row: one token).",
+        "outside the sampler's support (a 200-token row: two or more tokens, since one is not more "
+        "than 0.5%).",
     )
     row_z: float = Field(
         default=4.0,

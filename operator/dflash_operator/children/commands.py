@@ -156,7 +156,8 @@ def _regenerate_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
 def build_score_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
     """`python -m dflash_trainer.data.likelihood`: imported completions (regeneration off)
     copied into regen/, then `audit.likelihood.samplesPerSource` rows of every source scored
-    under the target, judged against the sampling spec.regeneration declares for them."""
+    under the target, each source judged against the sampling it declares
+    (`data.sources[].sampling`, in sources.yaml); a source that declares none is unknown."""
     regen = spec.regeneration
     return [
         REGEN_PYTHON, "-m", "dflash_trainer.data.likelihood",
@@ -167,9 +168,6 @@ def build_score_args(spec: DFlashRunSpec, run_root: str) -> list[str]:
         _thinking(spec.target.thinking),
         "--engine", regen.engine.value,
         "--samples-per-source", str(spec.audit.likelihood.samples_per_source),
-        "--temperature", str(regen.temperature),
-        "--top-p", str(regen.top_p),
-        "--top-k", str(REGEN_TOP_K),
         "--default-k", str(spec.audit.likelihood.top_k),
         "--max-seq-len", str(spec.tokenization.max_seq_len),
         "--max-new-tokens", str(regen.max_new_tokens),

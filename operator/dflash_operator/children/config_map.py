@@ -14,6 +14,7 @@ import yaml
 from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.spec_data import SourceFormat
 from dflash_operator.api.spec_training import Strategy
 from dflash_operator.children.commands import (
     CHAT_TEMPLATE_FILE,
@@ -157,6 +158,21 @@ def build_likelihood_section(spec: DFlashRunSpec) -> dict[str, Any]:
         "nll_tolerance": likelihood.nll_tolerance,
         "row_outside_share": likelihood.row_outside_share,
         "row_z": likelihood.row_z,
+        "sources": build_declared_sampling(spec),
+    }
+
+
+def build_declared_sampling(spec: DFlashRunSpec) -> dict[str, Any]:
+    """Imported sources (format regenerated) with the sampling each declares (None: unknown):
+    the monitor judges their rows by it, not by spec.regeneration's."""
+    return {
+        source.name: (
+            {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p}
+            if (s := source.sampling) is not None
+            else None
+        )
+        for source in spec.data.sources
+        if source.format == SourceFormat.REGENERATED
     }
 
 

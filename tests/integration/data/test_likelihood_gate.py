@@ -46,7 +46,7 @@ def thresholds(tmp: Path) -> Path:
     audit = {k: v for k, v in example["spec"]["audit"].items() if k != "nodePool"}
     audit["minSourceSamples"] = 50  # the production default: every source here is judged
     flat = {k: v for k, v in audit.items() if not isinstance(v, dict)}
-    for group in ("completions", "tokens"):
+    for group in ("completions", "tokens", "likelihood"):
         flat |= audit.get(group) or {}
     path = tmp / "thresholds.yaml"
     path.write_text(yaml.safe_dump(flat))

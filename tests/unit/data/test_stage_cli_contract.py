@@ -111,3 +111,51 @@ def test_the_rendered_sources_and_thresholds_files_load_with_the_stages_loaders(
     assert thresholds.expect_thinking is spec.target.thinking
     assert thresholds.max_stub_rate == spec.audit.max_stub_rate
     assert thresholds.max_loss_mask_mode_share == spec.audit.tokens.max_loss_mask_mode_share
+
+
+def test_the_score_stage_judges_each_imported_source_by_the_sampling_it_declares(
+    tmp_path: Path,
+) -> None:
+    from dflash_operator.children.config_map import build_sources_file
+    from dflash_trainer.data.likelihood.cli import build_parser as score_parser
+    from dflash_trainer.data.likelihood.cli import build_source_rules, undeclared_rule
+
+    doc = yaml.safe_load((EXAMPLES / "tiny-cpu.yaml").read_text())["spec"]
+    doc["regeneration"]["enabled"] = False
+    doc["data"]["sources"] = [
+        {"name": "hot", "uri": "s3://bucket/hot.jsonl", "format": "regenerated",
+         "sampling": {"temperature": 1.0, "topP": 0.95}},
+        {"name": "mystery", "uri": "s3://bucket/m.jsonl", "format": "regenerated"},
+    ]  # fmt: skip
+    spec = DFlashRunSpec.model_validate(doc)
+    argv = commands.build_score_args(spec, RUN_ROOT)
+    # No sampling of the regeneration's is imposed on imported completions.
+    assert not {"--temperature", "--top-p", "--top-k", "--min-p"} & set(argv)
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(yaml.safe_dump(build_sources_file(spec)))
+    args = score_parser().parse_args(module_args(argv, "dflash_trainer.data.likelihood"))
+    args.sources = str(sources)
+    rules = build_source_rules(args)
+    assert set(rules) == {"hot"} and undeclared_rule(args) is None  # mystery: unknown
+    hot = rules["hot"]
+    assert (hot.temperature, hot.top_p, hot.top_k, hot.min_p) == (1.0, 0.95, 0, 0.0)
+    assert hot.default_k == spec.audit.likelihood.top_k
+
+
+def test_the_training_monitor_gets_each_imported_sources_declared_sampling() -> None:
+    from dflash_operator.children.config_map import build_likelihood_section
+    from dflash_trainer.train.config import LikelihoodSection
+
+    doc = yaml.safe_load((EXAMPLES / "tiny-cpu.yaml").read_text())["spec"]
+    doc["regeneration"]["enabled"] = False
+    doc["data"]["sources"] = [
+        {"name": "hot", "uri": "s3://bucket/hot.jsonl", "format": "regenerated",
+         "sampling": {"temperature": 1.0, "topP": 0.95}},
+        {"name": "mystery", "uri": "s3://bucket/m.jsonl", "format": "regenerated"},
+    ]  # fmt: skip
+    section = LikelihoodSection.model_validate(
+        build_likelihood_section(DFlashRunSpec.model_validate(doc))
+    )
+    assert section.sources["mystery"] is None
+    hot = section.sources["hot"]
+    assert hot is not None and (hot.temperature, hot.top_p, hot.top_k) == (1.0, 0.95, 0)

@@ -114,3 +114,46 @@ def test_another_models_answers_stop_training_naming_the_source_and_the_step(
     report = json.loads(Path(cfg.likelihood_report_uri, "report.json").read_text())
     assert report["likelihood"]["sources"]["own"]["offRows"] == 0
     assert report["likelihood"]["sources"]["other-model"]["offDistributionRate"] > 0.5
+
+
+def test_each_source_is_judged_by_its_declared_sampling_and_an_unknown_one_is_never_passed(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    # The run's default sampling (T = 1.0, top-p 0.5) is not how "own" was made: it declares
+    # its greedy sampling, and passes; "other-model" declares none: unknown, so it is not
+    # scored, neither stops training nor counts as passed.
+    other = own_rows(seed=3, model_seed=7)
+    tokenized = write(tmp_path / "tokenized", {"own": good, "other-model": other})
+    raw = config(quick_config, tokenized).model_dump()
+    raw["likelihood"] |= {"temperature": 1.0, "top_p": 0.5, "top_k": 0,
+                          "sources": {"own": {"temperature": 0.0}, "other-model": None}}  # fmt: skip
+    cfg = TrainConfig.model_validate(raw)
+    trainer = Trainer(cfg, init_distributed(timeout_minutes=5))
+    result = trainer.run()
+    assert result.audit is None and result.step == 24
+    monitor = trainer.monitor
+    assert monitor is not None and monitor.unjudged == ["other-model"]
+    snapshot = monitor.snapshot()
+    assert snapshot["offRows"] == 0 and set(snapshot["sources"]) == {"own"}
+
+
+def test_the_monitors_totals_survive_a_resume(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    tokenized = write(tmp_path / "tokenized", {"own": good})
+    raw = config(quick_config, tokenized).model_dump()
+    raw["optim"]["max_steps"] = 12
+    raw["checkpoint"] |= {"every_steps": 12, "resume": True}
+    first = Trainer(TrainConfig.model_validate(raw), init_distributed(timeout_minutes=5))
+    assert first.run().step == 12
+    raw["optim"]["max_steps"] = 24
+    resumed = Trainer(TrainConfig.model_validate(raw), init_distributed(timeout_minutes=5))
+    assert resumed.run().step == 24
+    assert resumed.monitor is not None
+    # 12 monitored steps of 8 rows over both runs, not only the 6 after the resume.
+    assert resumed.monitor.snapshot()["scoredRows"] == 12 * 8
+    assert resumed.monitor.steps_scored == 12

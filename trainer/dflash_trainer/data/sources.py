@@ -30,6 +30,19 @@ class Turns(StrEnum):
     ALL = "all"
 
 
+class SourceSampling(BaseModel):
+    """How imported completions were generated (`spec.data.sources[].sampling`)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    temperature: float = Field(ge=0.0, le=2.0, description="0: greedy decoding.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="1.0: no top-p.")
+    top_k: int = Field(default=0, ge=0, le=1024, description="0: no top-k.")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0, description="0: no min-p.")
+
+
 class SourceSpec(BaseModel):
     """One entry of `spec.data.sources`."""
 
@@ -62,6 +75,11 @@ class SourceSpec(BaseModel):
     turns: Turns = Field(
         default=Turns.FIRST,
         description="first: regenerate the first assistant turn; all: every turn, in order.",
+    )
+    sampling: SourceSampling | None = Field(
+        default=None,
+        description="Imported completions only: the sampling they were generated with; "
+        "unset: unknown (the likelihood check judges none of the source's rows).",
     )
 
     @field_validator("uri")

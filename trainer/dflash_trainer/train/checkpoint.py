@@ -4,7 +4,8 @@
         drafter.safetensors   full drafter weights (float32)
         optim.pt              full optimizer state (keys are parameter names)
         rng.pt                every rank's torch / CUDA / numpy / python RNG states
-        state.json            step, data position, scheduler, loss, world size, config
+        state.json            step, data position, scheduler, loss, world size, config,
+                              the likelihood monitor's per-source totals
         COMMITTED.json        written LAST: {step, time, files: [{path, sha256, bytes}]}
 
 A checkpoint exists only once `COMMITTED.json` does. Resume takes the newest committed one

@@ -133,12 +133,23 @@ class LoggingSection(Section):
     progress_patch_seconds: Annotated[float, Field(ge=0.0)] = 30.0
 
 
+class DeclaredSampling(Section):
+    """How one imported source was generated (spec.data.sources[].sampling)."""
+
+    temperature: Annotated[float, Field(ge=0.0)]
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    top_k: Annotated[int, Field(ge=0)] = 0
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+
+
 class LikelihoodSection(Section):
     """The target-likelihood monitor (docs/audit-gates.md, section 8.3): on every
     `every_steps`-th step the supervised tokens of the step's batch are scored under the target
     (its forward runs anyway) and judged per source; a source whose off-distribution rate
     crosses `max_off_distribution_rate` beyond sampling noise stops training (`enforce`).
-    The sampling fields are the regeneration's (spec.regeneration), the rest spec.audit's."""
+    The sampling fields are the regeneration's (spec.regeneration), the rest spec.audit's;
+    `sources` names the imported sources (format regenerated) with the sampling each declares,
+    null where unknown: such a source is not scored (its rules are reported as skipped)."""
 
     every_steps: Annotated[int, Field(ge=0)] = 0  # 0: off (the operator sets it, default 10)
     temperature: Annotated[float, Field(ge=0.0)] = 0.6
@@ -149,12 +160,13 @@ class LikelihoodSection(Section):
     default_k: Annotated[int, Field(ge=1)] = 20
     max_off_distribution_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
     min_source_rows: Annotated[int, Field(ge=1)] = 50
-    engine_tolerance: Annotated[float, Field(ge=0.0)] = 0.5
+    engine_tolerance: Annotated[float, Field(ge=0.0)] = 0.25  # rows.DEFAULT_ENGINE_TOLERANCE
     nll_tolerance: Annotated[float, Field(ge=0.0)] = 0.01
     row_outside_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.005
     row_z: Annotated[float, Field(gt=0.0)] = 4.0
     enforce: bool = True
     report_uri: str | None = None  # default <run_root>/audit/training
+    sources: dict[str, DeclaredSampling | None] = {}
 
 
 class TrainConfig(Section):

@@ -81,6 +81,8 @@ class LikelihoodMonitor:
             penalized=self.cfg.penalized,
             default_k=self.cfg.default_k,
         )
+        # Per source index: the rule its rows are judged by (None: sampling unknown, unscored).
+        self.source_rules = [self._rule_of(name) for name in self.names]
         self.row_rule = RowRule(
             self.cfg.engine_tolerance,
             self.cfg.nll_tolerance,
@@ -88,6 +90,22 @@ class LikelihoodMonitor:
             self.cfg.row_z,
         )
         self._step = 0
+
+    def _rule_of(self, name: str) -> SamplingRule | None:
+        if name not in self.cfg.sources:
+            return self.rule
+        declared = self.cfg.sources[name]
+        if declared is None:
+            return None
+        return SamplingRule(
+            temperature=declared.temperature, top_p=declared.top_p, top_k=declared.top_k,
+            min_p=declared.min_p, default_k=self.cfg.default_k,
+        )  # fmt: skip
+
+    @property
+    def unjudged(self) -> list[str]:
+        """Sources whose sampling is unknown: never scored, never passed."""
+        return [n for n, r in zip(self.names, self.source_rules, strict=True) if r is None]
 
     @property
     def enabled(self) -> bool:
@@ -104,20 +122,19 @@ class LikelihoodMonitor:
         """Score one micro-batch's supervised tokens from the target's final hidden states."""
         if mb.loss_mask is None or mb.rows is None:
             return
+        sources = self._sources(mb.rows)
         predicted = mb.loss_mask[:, 1:].bool()
+        rules = [self.source_rules[int(i)] for i in sources]
+        known = torch.tensor([r is not None for r in rules], device=predicted.device)
+        predicted &= known[:, None]  # rows of unknown sampling are not scored
         rows_at, cols_at = predicted.nonzero(as_tuple=True)
         targets = mb.input_ids[:, 1:][rows_at, cols_at]
-        scores = score_positions(
-            hidden[:, :-1][rows_at, cols_at], targets, self.target.lm_head, self.rule
-        )
+        columns = self._score_by_rule(hidden[:, :-1][rows_at, cols_at], targets, rows_at, rules)
+        lp, rank, gap, mu, var = columns
         counts = predicted.sum(dim=1).cpu().numpy()
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        lp, rank, gap, mu, var = (
-            t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
-            for t in (scores.lp, scores.rank, scores.gap, scores.mu, scores.var)
-        )
-        figures = build_row_figures(offsets, lp, rank, gap, mu, var, self.rule.share_k,
-                                    self.row_rule)  # fmt: skip
+        share_k = np.array([(r or self.rule).share_k for r in rules], dtype=np.int64)
+        figures = build_row_figures(offsets, lp, rank, gap, mu, var, share_k, self.row_rule)
         sources = self._sources(mb.rows)
         scored = figures.tokens > 0
         np.add.at(self.pending[:, SCORED], sources, scored.astype(np.float64))
@@ -127,6 +144,32 @@ class LikelihoodMonitor:
         token_ids = targets.cpu().numpy()
         for j in np.flatnonzero(figures.off).tolist():
             self._keep_example(int(mb.rows[j]), int(sources[j]), figures, j, offsets, lp, token_ids)
+
+    def _score_by_rule(
+        self,
+        hidden: torch.Tensor,
+        targets: torch.Tensor,
+        rows_at: torch.Tensor,
+        rules: list[SamplingRule | None],
+    ) -> list[np.ndarray]:
+        """(lp, rank, gap, mu, var) per position, each row's positions under its source's rule
+        (one LM-head pass per distinct rule over its own positions only)."""
+        n = int(targets.shape[0])
+        out: list[np.ndarray] = [np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.int64)]
+        out += [np.zeros(n, dtype=np.float32) for _ in range(3)]
+        row_of = rows_at.cpu().numpy()
+        for rule in {r for r in rules if r is not None}:
+            rows = [j for j, r in enumerate(rules) if r == rule]
+            at = np.flatnonzero(np.isin(row_of, rows))
+            if not len(at):
+                continue
+            index = torch.from_numpy(at).to(hidden.device)
+            scores = score_positions(hidden[index], targets[index], self.target.lm_head, rule)
+            for column, value in zip(out, (scores.lp, scores.rank, scores.gap, scores.mu,
+                                            scores.var), strict=True):  # fmt: skip
+                column[at] = value.float().cpu().numpy() if value.is_floating_point() else (
+                    value.cpu().numpy())  # fmt: skip
+        return out
 
     def _sources(self, rows: np.ndarray) -> np.ndarray:
         if self.rows.sources is None:
@@ -186,6 +229,26 @@ class LikelihoodMonitor:
                 scored={self.names[i]: int(self.totals[i, SCORED]) for i in failing},
             )
         return self.failure
+
+    def state(self) -> dict[str, Any]:
+        """The totals so far (every rank holds the same, summed over the ranks), for the
+        trainer's checkpoint: a resumed run goes on counting instead of restarting at zero."""
+        return {
+            "totals": {n: self.totals[i].tolist() for i, n in enumerate(self.names)},
+            "stepsScored": self.steps_scored,
+            "lastStep": self.last_step,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Totals from a checkpoint's `state()` (None: a checkpoint from before they were
+        saved; the totals then start at the resumed step). Sources matched by name."""
+        if not state:
+            return
+        for name, values in (state.get("totals") or {}).items():
+            if name in self.names and len(values) == self.totals.shape[1]:
+                self.totals[self.names.index(name)] = np.asarray(values, dtype=np.float64)
+        self.steps_scored = int(state.get("stepsScored", 0))
+        self.last_step = int(state.get("lastStep", 0))
 
     def rate(self, i: int) -> float:
         scored = self.totals[i, SCORED]

@@ -123,6 +123,8 @@ def build_report(
             "rowZ": monitor.row_rule.row_z,
         },
         "minSourceRows": monitor.cfg.min_source_rows,
+        # Sources never scored: their sampling is unknown (spec.data.sources[].sampling).
+        "notJudged": monitor.unjudged,
         "offRowsSeenByRank0": examples,
     }
 

@@ -155,6 +155,11 @@ class Trainer:
             if cfg.likelihood.every_steps > 0
             else None
         )
+        if self.monitor is not None and self.monitor.unjudged:
+            log.warning(
+                "likelihood monitor: sources not judged (sampling unknown: declare "
+                "spec.data.sources[].sampling): %s", ", ".join(self.monitor.unjudged),
+            )  # fmt: skip
         self.stopped: MonitorFailure | None = None
 
     # -- checkpoints -------------------------------------------------------------------
@@ -190,6 +195,8 @@ class Trainer:
             )
         self.scheduler.load_state_dict(state["scheduler"])
         self.cursor.restore(state["data"])
+        if self.monitor is not None:
+            self.monitor.restore(state.get("likelihood"))
         self.step = int(state["step"])
         self.last_loss = float(state.get("loss", float("nan")))
         self.last_saved_step = self.step
@@ -214,6 +221,7 @@ class Trainer:
                 "globalBatch": self.global_batch,
                 "drafter": self.drafter_cfg.to_dict(),
                 "config": self.cfg.model_dump(mode="json"),
+                **({"likelihood": self.monitor.state()} if self.monitor is not None else {}),
             }
             folder = ckpt.staging_folder(self.step)
             ckpt.write_checkpoint_files(

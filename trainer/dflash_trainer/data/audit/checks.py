@@ -8,7 +8,7 @@ the limit that is within sampling noise is reported as marginal, not as a violat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic.alias_generators import to_camel
@@ -277,9 +277,36 @@ def evaluate(metrics: GateMetrics, thresholds: Thresholds) -> Verdict:
             overall_bad, bad_sources = _defer(check, metrics, thresholds, overall_bad,
                                               bad_sources, advisory)  # fmt: skip
         if overall_bad or bad_sources:
-            violations.append(build_violation(check, value, limit, overall_bad, bad_sources))
+            violation = build_violation(check, value, limit, overall_bad, bad_sources)
+            if check.name in DEFERS_TO_LIKELIHOOD:
+                violation = _with_likelihood_hint(violation, metrics)
+            violations.append(violation)
     violations.sort(key=lambda v: v.severity, reverse=True)
     return Verdict(metrics.gate, not violations, violations, evaluated, skipped, marginal, advisory)
+
+
+# Why a deferring check's failure may be a healthy source, when the likelihood check did not
+# judge it (docs/audit-gates.md 8.4).
+LIKELIHOOD_HINT = {
+    "wrong_language_rate": "translations and multilingual chat rightly answer in another script",
+    "repetition_rate": "code tables and enumerations rightly repeat 4-grams",
+}
+
+
+def _with_likelihood_hint(violation: Violation, metrics: GateMetrics) -> Violation:
+    """The violation with a hint when the target-likelihood check, which decides this check
+    for a source whose rows are the target's own, judged none of the sources it names."""
+    names = violation.sources or list(metrics.sources)
+    judged = [n for n in names if LIKELIHOOD_CHECK in metrics.sources[n].counts]
+    if judged:
+        return violation
+    hint = (
+        f" (a healthy source can fail this: {LIKELIHOOD_HINT[violation.check]}; the "
+        "target-likelihood check decides such a source, and it judged none here: give the gate "
+        "the target's weights (--model with a folder holding them, or --scores from the canary "
+        "or the score stage), or declare an imported source's sampling; docs/audit-gates.md 8.4)"
+    )
+    return replace(violation, message=violation.message + hint)
 
 
 def _size(check: Check, group: GroupMetrics) -> float:

@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     likelihood.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                             help="where --model scores (cpu: float32, cuda: bfloat16)")  # fmt: skip
+    likelihood.add_argument("--force-cpu-scoring", action="store_true",
+                            help="score on CPU although the memory and time estimate says the "
+                            "target does not fit (see the estimate printed first)")  # fmt: skip
     sampling = SamplingSpec()
     likelihood.add_argument("--temperature", type=float, default=sampling.temperature,
                             help="the sampling the answers were generated with (0: greedy)")  # fmt: skip

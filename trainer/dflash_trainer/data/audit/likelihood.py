@@ -10,7 +10,7 @@ gate's thresholds (`spec.audit.likelihood`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,11 @@ from dflash_trainer.data.audit.metrics import OVERALL, GateMetrics, GroupMetrics
 from dflash_trainer.data.audit.thresholds import Thresholds
 from dflash_trainer.data.likelihood.rows import NLL_BIN, RowFigures, RowRule, build_row_figures
 from dflash_trainer.data.likelihood.rows import least_likely as least_likely_positions
-from dflash_trainer.data.likelihood.scores import ScoresMeta
+from dflash_trainer.data.likelihood.sampling import SamplingRule
+from dflash_trainer.data.likelihood.scores import SOURCE_RULES_KEY, ScoresMeta
 
 NLL_PLOT = "nll_per_token"
+RULES = ("support", "nll")  # the row rule's two tests (docs/audit-gates.md 8.2)
 LEAST_LIKELY_ROWS = 3  # per source, in the report
 MARKED_TOKENS = 8  # per row: its least likely tokens, marked in context
 CONTEXT_TOKENS = 10  # tokens shown each side of a marked token
@@ -56,6 +58,11 @@ class ScoredSample:
     sources: np.ndarray  # source name per row
     rule: RowRule = field(default_factory=RowRule)
 
+    @property
+    def share_k(self) -> np.ndarray:
+        """k of the top-k share per row (constant within a source)."""
+        return self.figures.share_k
+
 
 def judge_scores(
     table: pa.Table, meta: ScoresMeta, uri: str, thresholds: Thresholds
@@ -68,12 +75,50 @@ def judge_scores(
         columns[name] = flat.values
         offsets = flat.offsets
     rule = row_rule(thresholds)
+    sources = np.asarray(table.column("source").to_pylist(), dtype=object)
+    share_k = np.array([share_k_of(meta.source_rule(str(n)), thresholds) for n in sources],
+                       dtype=np.int64)  # fmt: skip
     figures = build_row_figures(
         offsets, columns["lp"], columns["rank"], columns["gap"], columns["mu"], columns["var"],
-        meta.rule.share_k, rule,
+        share_k, rule,
     )  # fmt: skip
-    sources = np.asarray(table.column("source").to_pylist(), dtype=object)
     return ScoredSample(table, meta, uri, offsets, columns, figures, sources, rule)
+
+
+def share_k_of(rule: SamplingRule | None, thresholds: Thresholds) -> int:
+    """k of the reported top-k share: the sampling's own top-k, else this gate's
+    `audit.likelihood.topK` (1 when greedy)."""
+    return replace(rule or UNKNOWN, default_k=thresholds.top_k).share_k
+
+
+# A source with no declared sampling is scored as if every token could be drawn.
+UNKNOWN = SamplingRule(temperature=1.0, top_p=1.0, top_k=0)
+
+
+def skipped_rules(
+    rule: SamplingRule | None, gap: np.ndarray, mu: np.ndarray, var: np.ndarray
+) -> dict[str, str]:
+    """The row rules that judged no position of a group's tokens, each with why."""
+    if rule is None:
+        why = ("the source's sampling is unknown (declare spec.data.sources[].sampling: "
+               "temperature, topP, topK, minP)")  # fmt: skip
+        return {"support": why, "nll": why}
+    out = {}
+    if not np.isfinite(gap).any():
+        out["support"] = (
+            "a repetition or presence penalty: the sampler's support cannot be reproduced"
+            if rule.penalized
+            else f"top-k {rule.top_k}, top-p {rule.top_p:g} and min-p {rule.min_p:g} at "
+            f"temperature {rule.temperature:g}: every token can be drawn, none is outside"
+        )
+    if not (np.isfinite(mu) & np.isfinite(var)).any():
+        out["nll"] = (
+            "greedy decoding: a drawn token's NLL has no spread to judge"
+            if rule.greedy
+            else "no position's sampled distribution is known from the top "
+            f"{rule.logprobs} log-probabilities read (no top-k or min-p cuts inside them)"
+        )
+    return out
 
 
 def _group_figures(sample: ScoredSample, chosen: np.ndarray) -> tuple[dict[str, Any], float, float]:
@@ -93,7 +138,7 @@ def _group_figures(sample: ScoredSample, chosen: np.ndarray) -> tuple[dict[str, 
         "nllP50": round(hist.percentile(50) * NLL_BIN, 4),
         "nllP90": round(hist.percentile(90) * NLL_BIN, 4),
         "topKShare": round(float((f.top_k_share[chosen] * tokens).sum() / weights), 6),
-        "topK": sample.meta.rule.share_k,
+        "topK": int(np.max(sample.share_k[chosen])) if scored else 0,
         "outsideShare": round(float(f.outside[chosen].sum() / weights), 6),
         "rowsOutside": int((f.outside[chosen] > 0).sum()),
         "rowsAboveZ": int((f.z[chosen] > sample.rule.row_z).sum()),
@@ -106,31 +151,48 @@ def attach_likelihood(metrics: GateMetrics, sample: ScoredSample) -> None:
     """Add the check's value and counts to every group of `metrics`, its details and the NLL
     histograms (a source scored but absent from the gate's data still gets a group)."""
     histograms: dict[str, IntHistogram] = {}
+    token_source = np.repeat(sample.sources, np.diff(sample.offsets))
+    judged = np.ones(len(sample.sources), dtype=bool)
     for name in sorted(set(sample.sources.tolist())):
         chosen = sample.sources == name
         details, off, scored = _group_figures(sample, chosen)
+        at = token_source == name
+        c = sample.columns
+        skipped = skipped_rules(sample.meta.source_rule(name), c["gap"][at], c["mu"][at],
+                                c["var"][at])  # fmt: skip
         group = metrics.sources.get(name)
         if group is None:
             group = metrics.sources[name] = GroupMetrics(samples=int(scored))
+        if skipped:
+            details["skippedRules"] = skipped
+            metrics.notes.append(
+                f"target likelihood, {name}: "
+                + "; ".join(f"{rule} rule skipped: {why}" for rule, why in skipped.items())
+            )
+        if len(skipped) == len(RULES):  # judged nothing: neither a pass nor the target's own
+            judged &= ~chosen
+            details["judged"] = False
+            group.details["likelihood"] = details
+            continue
         _set(group, details, off, scored)
         hist = IntHistogram()
         hist.add(np.round(sample.figures.nll[chosen] / NLL_BIN).astype(np.int64))
         histograms[name] = hist
-    everything = np.ones(len(sample.sources), dtype=bool)
-    details, off, scored = _group_figures(sample, everything)
-    _set(metrics.overall, details, off, scored)
+    details, off, scored = _group_figures(sample, judged)
+    if judged.any():
+        _set(metrics.overall, details, off, scored)
+    else:
+        metrics.overall.details["likelihood"] = details | {"judged": False}
     overall = IntHistogram()
     overall.add(np.round(sample.figures.nll / NLL_BIN).astype(np.int64))
     histograms[OVERALL] = overall
     metrics.histograms[NLL_PLOT] = histograms
     rule = sample.meta.rule
+    declared = sample.meta.extra.get(SOURCE_RULES_KEY)
     how = (
-        "greedy"
-        if rule.greedy
-        else (
-            f"temperature {rule.temperature:g}, top-p {rule.top_p:g}, top-k {rule.top_k or 'off'}"
-            + (f", min-p {rule.min_p:g}" if rule.min_p else "")
-        )
+        "each source's declared spec.data.sources[].sampling"
+        if isinstance(declared, dict)
+        else describe_sampling(rule)
     )
     metrics.notes.append(
         f"target likelihood: {int(scored)} rows scored by {sample.meta.scorer} ({sample.uri}), "
@@ -141,6 +203,15 @@ def attach_likelihood(metrics: GateMetrics, sample: ScoredSample) -> None:
             "a repetition or presence penalty was set: the sampler's support cannot be "
             "reproduced, so only NLL figures are reported and no row is judged off-distribution"
         )
+
+
+def describe_sampling(rule: SamplingRule) -> str:
+    if rule.greedy:
+        return "greedy"
+    return (
+        f"temperature {rule.temperature:g}, top-p {rule.top_p:g}, top-k {rule.top_k or 'off'}"
+        + (f", min-p {rule.min_p:g}" if rule.min_p else "")
+    )
 
 
 def _set(group: GroupMetrics, details: dict[str, Any], off: float, scored: float) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 from dflash_trainer.data.audit.dataset import iter_batches
 from dflash_trainer.data.errors import BadInputError
-from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.cpu_budget import check_cpu_scoring, estimate_cpu_scoring
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import ScoresMeta, has_scores, read_scores, write_scores
 from dflash_trainer.storage import StorageError, is_s3_uri
 
@@ -106,6 +107,9 @@ def score_here(
         rows = tokenized_rows(chosen)
     else:
         rows, _ = tokenize_completions(chosen, _row_tokenizer(args, tokenizer))
+    if args.device == "cpu":
+        budget = estimate_cpu_scoring(Path(args.model), sum(len(r.input_ids) for r in rows))
+        print(check_cpu_scoring(budget, args.force_cpu_scoring), flush=True)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     try:
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(args.device)

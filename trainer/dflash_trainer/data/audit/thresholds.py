@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from dflash_trainer.data.errors import BadInputError, format_validation_error, is_user_fixable
+from dflash_trainer.data.likelihood.rows import DEFAULT_ENGINE_TOLERANCE
 from dflash_trainer.storage import StorageError, store_for
 
 Rate = Field  # readability: every rate below is a fraction in [0, 1]
@@ -252,13 +253,14 @@ class Thresholds(BaseModel):
         "else regeneration's top-k, 20).",
     )
     engine_tolerance: float = Field(
-        default=0.5,
+        default=DEFAULT_ENGINE_TOLERANCE,
         ge=0,
         le=20,
-        description="Nats: a token lies outside the sampler's support only when its "
-        "log-probability is more than this below the support's boundary (numerical "
-        "differences between the generating engine and the scorer, e.g. vLLM bf16 vs "
-        "transformers).",
+        description="Nats per logit: the largest difference the generating engine's logits may have from "
+        "the scorer's (sup-norm; e.g. vLLM bf16 vs transformers). A token lies outside the "
+        "sampler's support only when it is outside under every sampler within this tolerance "
+        "(a moving top-p boundary, ties at the top-k edge); default: one bf16 spacing at "
+        "logit magnitudes 32-64.",
     )
     nll_tolerance: float = Field(
         default=0.01,
@@ -272,7 +274,8 @@ class Thresholds(BaseModel):
         ge=0,
         le=1,
         description="A row is off-distribution when more than this share of its supervised "
-        "tokens lie outside the sampler's support (a 200-token row: one token).",
+        "tokens lie outside the sampler's support (a 200-token row: two or more tokens, since one is not more "
+        "than 0.5%).",
     )
     row_z: float = Field(
         default=4.0,

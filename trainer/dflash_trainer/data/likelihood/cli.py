@@ -5,7 +5,10 @@
    shard, exactly as the regenerate stage copies imported rows (nothing is generated).
 2. `--samples-per-source` rows of every source (the smallest sha256 of their ids) are
    tokenized as the tokenize stage will tokenize them and scored under the target (vLLM prompt
-   log-probabilities, or a transformers forward), into `--out` (scores.parquet).
+   log-probabilities, or a transformers forward), into `--out` (scores.parquet), each source
+   under the sampling it declares (`sampling` in sources.yaml); a source that declares none is
+   judged under `--temperature/--top-p/--top-k/--min-p` when given, else its sampling is
+   unknown and no rule judges its rows (the gates' reports name the rules skipped).
 
 The completions and tokens gates then judge those scores (`dflash-audit --scores`).
 Exit 0 with a termination summary, 2 on bad input, 1 anything else.
@@ -20,14 +23,16 @@ from typing import Any
 
 from dflash_trainer.data.audit.dataset import iter_batches, resolve_files
 from dflash_trainer.data.errors import BadInputError
-from dflash_trainer.data.likelihood.rule import SamplingRule
 from dflash_trainer.data.likelihood.sample import (
     COMPLETION_COLUMNS,
     select_rows,
     tokenize_completions,
 )
-from dflash_trainer.data.likelihood.scores import ScoresMeta, write_scores
+from dflash_trainer.data.likelihood.sampling import SamplingRule
+from dflash_trainer.data.likelihood.scores import SOURCE_RULES_KEY, ScoresMeta, write_scores
+from dflash_trainer.data.likelihood.types import TokenizedRow
 from dflash_trainer.data.regenerate.engine import SamplingSpec
+from dflash_trainer.data.sources import load_sources
 from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
 from dflash_trainer.data.uris import to_local_uri
 from dflash_trainer.storage import StorageError, join_uri
@@ -49,11 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
     p.add_argument("--samples-per-source", type=int, default=64, metavar="N",
                    help="rows of each source to score (0: import only)")  # fmt: skip
-    p.add_argument("--temperature", type=float, default=sampling.temperature,
-                   help="the sampling the completions were generated with (0: greedy)")  # fmt: skip
-    p.add_argument("--top-p", type=float, default=sampling.top_p)
-    p.add_argument("--top-k", type=int, default=sampling.top_k, help="0: none")
-    p.add_argument("--min-p", type=float, default=sampling.min_p)
+    p.add_argument("--temperature", type=float,
+                   help="the sampling of sources that declare none (0: greedy; unset: unknown, "
+                   f"else --top-p {sampling.top_p:g}, --top-k {sampling.top_k}, --min-p "
+                   f"{sampling.min_p:g} unless given)")  # fmt: skip
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int, help="0: none")
+    p.add_argument("--min-p", type=float)
     p.add_argument("--default-k", type=int, default=20,
                    help="k of the top-k share without a top-k (audit.likelihood.topK)")  # fmt: skip
     p.add_argument("--max-seq-len", type=int, default=3072, help="the training length")
@@ -65,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="transformers engine: where the target scores")  # fmt: skip
+    p.add_argument("--force-cpu-scoring", action="store_true",
+                   help="transformers on CPU: score although the estimate says the target does "
+                   "not fit")  # fmt: skip
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--max-model-len", type=int)
@@ -144,6 +154,15 @@ def build_scorer(args: argparse.Namespace, rule: SamplingRule) -> tuple[Any, str
     device: str = (
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
+    if device == "cpu":
+        from dflash_trainer.data.likelihood.cpu_budget import (
+            check_cpu_scoring,
+            estimate_cpu_scoring,
+        )
+
+        folder = Path(resolve_model_dir(args.model, include_weights=True))
+        budget = estimate_cpu_scoring(folder, getattr(args, "score_tokens", 0))
+        print(check_cpu_scoring(budget, args.force_cpu_scoring), flush=True)
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     dtype = dtypes.get(args.dtype) or (torch.bfloat16 if device == "cuda" else torch.float32)
     model: Any = AutoModelForCausalLM.from_pretrained(
@@ -153,6 +172,48 @@ def build_scorer(args: argparse.Namespace, rule: SamplingRule) -> tuple[Any, str
     model.train(False)
     name = f"transformers ({device}, {str(dtype).removeprefix('torch.')})"
     return HfScorer(model, rule), name, int(model.config.get_text_config().vocab_size)
+
+
+# Scores of a source whose sampling is unknown: no truncation and T = 1 (every token can be
+# drawn), so no margin and no expected NLL: no rule judges its rows.
+UNKNOWN_RULE = SamplingRule(temperature=1.0, top_p=1.0, top_k=0)
+
+
+def build_source_rules(args: argparse.Namespace) -> dict[str, SamplingRule]:
+    """The sampling each source declares (`sources[].sampling`); undeclared ones are absent."""
+    rules = {}
+    for source in load_sources(args.sources):
+        if source.sampling is not None:
+            s = source.sampling
+            rules[source.name] = SamplingRule(
+                temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+                default_k=args.default_k,
+            )  # fmt: skip
+    return rules
+
+
+def undeclared_rule(args: argparse.Namespace) -> SamplingRule | None:
+    """The sampling given on the command line for sources that declare none (None: unknown)."""
+    given = (args.temperature, args.top_p, args.top_k, args.min_p)
+    if all(v is None for v in given):
+        return None
+    d = SamplingSpec()
+    return SamplingRule(
+        temperature=d.temperature if args.temperature is None else args.temperature,
+        top_p=d.top_p if args.top_p is None else args.top_p,
+        top_k=d.top_k if args.top_k is None else args.top_k,
+        min_p=d.min_p if args.min_p is None else args.min_p,
+        default_k=args.default_k,
+    )
+
+
+def group_by_rule(
+    rows: list[TokenizedRow], rules: dict[str, SamplingRule], fallback: SamplingRule | None
+) -> dict[SamplingRule | None, list[TokenizedRow]]:
+    groups: dict[SamplingRule | None, list[TokenizedRow]] = {}
+    for row in rows:
+        groups.setdefault(rules.get(row.source, fallback), []).append(row)
+    return groups
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -172,13 +233,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     chosen = select_rows(iter_batches(files, COMPLETION_COLUMNS), args.samples_per_source)
     tokenizer = load_tokenizer(args.model, args.revision)
     rows, mismatched = tokenize_completions(chosen, build_row_tokenizer(args, tokenizer))
-    rule = SamplingRule(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        default_k=args.default_k,
-    )  # fmt: skip
-    scorer, name, vocab = build_scorer(args, rule)
-    scored = scorer.score(rows)
-    meta = ScoresMeta(rule, name, str(args.model), vocab, {"templateMismatches": mismatched})
+    rules = build_source_rules(args)
+    fallback = undeclared_rule(args)
+    args.score_tokens = sum(len(r.input_ids) for r in rows)
+    scorer, name, vocab = build_scorer(args, fallback or UNKNOWN_RULE)
+    scored = []
+    for key, group in group_by_rule(rows, rules, fallback).items():
+        scorer.set_rule(key or UNKNOWN_RULE)
+        scored += scorer.score(group)
+    by_source = {r.source: rules.get(r.source, fallback) for r in rows}
+    extra = {
+        "templateMismatches": mismatched,
+        SOURCE_RULES_KEY: {n: r.to_json() if r else None for n, r in sorted(by_source.items())},
+    }
+    meta = ScoresMeta(fallback or UNKNOWN_RULE, name, str(args.model), vocab, extra)
     uri = write_scores(out, scored, meta)
     return base | {
         "scored": len(scored),

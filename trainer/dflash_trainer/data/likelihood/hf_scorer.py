@@ -99,6 +99,10 @@ class HfScorer:
         self.batch_tokens = batch_tokens
         self.device = next(model.parameters()).device
 
+    def set_rule(self, rule: SamplingRule) -> None:
+        """Score the next rows under `rule` (sources declare their own sampling)."""
+        self.rule = rule
+
     @torch.no_grad()
     def score(self, rows: list[TokenizedRow]) -> list[RowScores]:
         out: list[RowScores | None] = [None] * len(rows)

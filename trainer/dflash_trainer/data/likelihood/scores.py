@@ -19,11 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dflash_trainer.data.likelihood.rule import SamplingRule
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.types import RowScores
 from dflash_trainer.storage import StorageError, arrow_filesystem, join_uri, store_for
 
 SCORES_FILE = "scores.parquet"
+# Meta key: per source, the sampling rule its rows were scored under (null: unknown).
+SOURCE_RULES_KEY = "sourceRules"
 META_KEY = b"dflash.likelihood"
 SCORES_SCHEMA = pa.schema(
     [
@@ -47,6 +49,15 @@ class ScoresMeta:
     model: str
     vocab_size: int
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def source_rule(self, source: str) -> SamplingRule | None:
+        """The sampling `source`'s rows were judged against: its own declared sampling (the
+        score stage), None when the source declared none (unknown), else the one rule."""
+        rules = self.extra.get(SOURCE_RULES_KEY)
+        if not isinstance(rules, dict) or source not in rules:
+            return self.rule
+        declared = rules[source]
+        return SamplingRule.from_json(declared) if isinstance(declared, dict) else None
 
     def to_json(self) -> dict[str, Any]:
         return {

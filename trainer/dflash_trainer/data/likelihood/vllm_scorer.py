@@ -100,13 +100,17 @@ class VllmScorer:
         from vllm.sampling_params import RequestOutputKind
 
         self.llm = llm
-        self.rule = rule
-        self.k = min(rule.logprobs, VLLM_MAX_LOGPROBS)
+        self.set_rule(rule)
         self.params = SamplingParams(**build_score_sampling_kwargs(self.k))
         self.params.output_kind = RequestOutputKind.FINAL_ONLY
         self.in_flight = in_flight
         config = llm.llm_engine.model_config
         self.vocab_size = int(config.get_vocab_size())
+
+    def set_rule(self, rule: SamplingRule) -> None:
+        """Score the next rows under `rule` (sources declare their own sampling)."""
+        self.rule = rule
+        self.k = min(rule.logprobs, VLLM_MAX_LOGPROBS)
 
     def score(self, rows: list[TokenizedRow]) -> list[RowScores]:
         from dflash_trainer.data.regenerate.vllm_engine import build_engine_input

@@ -19,8 +19,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from dflash_trainer.data.likelihood.rule import SamplingRule
 from dflash_trainer.data.likelihood.sample import tokenize_completions
+from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import ScoresMeta, has_scores, read_scores, write_scores
 from dflash_trainer.data.regenerate.canary import CANARY_FOLDER, SAMPLE_KEY, SETTINGS_KEY
 from dflash_trainer.data.regenerate.engine import SamplingSpec
