@@ -93,9 +93,7 @@ def test_the_walk_over_real_edge_scores_follows_the_chain_of_its_own_picks() -> 
             assert tokens[0, step] == previous
 
 
-def test_a_missing_target_replaces_the_weakest_candidate_and_a_present_one_changes_nothing() -> (
-    None
-):
+def test_a_missing_target_replaces_the_weakest_candidate_a_present_one_changes_nothing() -> None:
     candidates = build_selector_candidates(
         torch.tensor([[5, 7, 9], [5, 7, 9]]), torch.tensor([7, 4])
     )
