@@ -55,16 +55,14 @@ class DFlash2Drafter(DFlashDrafter):
     """`DFlashDrafter.forward` unchanged (the hidden states the LM head reads); the selector
     is applied by the caller to those hidden states and the LM head's top-K."""
 
+    layer_class = DFlash2Layer
+
     def __init__(self, cfg: DrafterConfig, checkpoint_layers: bool = False) -> None:
-        super().__init__(cfg, checkpoint_layers)
         knobs = dflash2_settings_of(cfg)
-        self.layers = torch.nn.ModuleList(
-            DFlash2Layer(cfg, i) for i in range(cfg.num_hidden_layers)
-        )
+        super().__init__(cfg, checkpoint_layers)  # builds DFlash2Layer, resets them
         self.candidate_selector = CandidateSelector(
             cfg.vocab_size, cfg.hidden_size, knobs.selector_rank, knobs.selector_top_k
         )
-        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """DFlash's initialisation, then the convolutions back to the identity (the base
