@@ -25,6 +25,21 @@ class DrafterConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class DFlash2Settings:
+    """DFlash2's knobs: the in-block convolutions and the candidate selector.
+
+    Defaults are speculators 0.9.0's (`DFlash2Args`); vLLM reads the first four from
+    `dflash_config` without defaults, so an export must always write them.
+    """
+
+    conv_kernel_size: int = 2  # causal taps per convolution (the token itself and 1 back)
+    conv_group_size: int = 16  # channels sharing one token-dependent kernel delta
+    selector_rank: int = 256  # r of the predecessor/successor codebooks [V, r]
+    selector_top_k: int = 16  # unary candidates the selector reranks
+    selector_loss_weight: float = 1.0  # weight of the K-way selector CE next to the unary loss
+
+
+@dataclass(frozen=True)
 class DrafterConfig:
     """Everything needed to build the drafter and to write its servable `config.json`."""
 
@@ -44,6 +59,8 @@ class DrafterConfig:
     max_position_embeddings: int = 40960
     layer_types: tuple[str, ...] = field(default_factory=tuple)
     sliding_window: int | None = None
+    # None is plain DFlash; a value makes the drafter DFlash2 (model/dflash2_*.py).
+    dflash2: DFlash2Settings | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -58,6 +75,9 @@ class DrafterConfig:
         out = asdict(self)
         out["target_layer_ids"] = list(self.target_layer_ids)
         out["layer_types"] = list(self.layer_types)
+        if self.dflash2 is None:
+            # A DFlash config's dict (checkpoints, digests) stays exactly what it was.
+            del out["dflash2"]
         return out
 
     @classmethod
@@ -65,6 +85,8 @@ class DrafterConfig:
         values = dict(data)
         values["target_layer_ids"] = tuple(values["target_layer_ids"])
         values["layer_types"] = tuple(values.get("layer_types") or ())
+        if values.get("dflash2") is not None:
+            values["dflash2"] = DFlash2Settings(**values["dflash2"])
         return cls(**values)
 
 
@@ -114,6 +136,36 @@ def check_drafter_config(cfg: DrafterConfig) -> None:
         raise DrafterConfigError(
             f"drafter.sliding_window={cfg.sliding_window} is invalid for sliding layers; "
             f"accepted: an integer larger than block_size ({cfg.block_size})"
+        )
+    if cfg.dflash2 is not None:
+        check_dflash2_settings(cfg.dflash2, cfg)
+
+
+def check_dflash2_settings(knobs: DFlash2Settings, cfg: DrafterConfig) -> None:
+    """Raise `DrafterConfigError` for DFlash2 knobs this drafter's shape cannot take."""
+    if not 1 <= knobs.conv_kernel_size <= cfg.block_size:
+        raise DrafterConfigError(
+            f"drafter.dflash2.conv_kernel_size={knobs.conv_kernel_size} is invalid; "
+            f"accepted: 1..block_size ({cfg.block_size})"
+        )
+    if knobs.conv_group_size < 1 or cfg.hidden_size % knobs.conv_group_size:
+        raise DrafterConfigError(
+            f"drafter.dflash2.conv_group_size={knobs.conv_group_size} is invalid; "
+            f"accepted: a divisor of hidden_size ({cfg.hidden_size})"
+        )
+    if knobs.selector_rank < 1:
+        raise DrafterConfigError(
+            f"drafter.dflash2.selector_rank={knobs.selector_rank} is invalid; accepted: 1 or more"
+        )
+    if not 1 <= knobs.selector_top_k <= cfg.vocab_size:
+        raise DrafterConfigError(
+            f"drafter.dflash2.selector_top_k={knobs.selector_top_k} is invalid; "
+            f"accepted: 1..vocab_size ({cfg.vocab_size})"
+        )
+    if not knobs.selector_loss_weight >= 0.0:
+        raise DrafterConfigError(
+            f"drafter.dflash2.selector_loss_weight={knobs.selector_loss_weight} is invalid; "
+            "accepted: 0 or more"
         )
 
 

@@ -149,13 +149,16 @@ class DraftLayer(nn.Module):
 class DFlashDrafter(nn.Module):
     """Drafts a whole block in one non-causal forward, conditioned on target features."""
 
+    # The decoder layer; DFlash2 (model/dflash2_drafter.py) substitutes its own.
+    layer_class: type[DraftLayer] = DraftLayer
+
     def __init__(self, cfg: DrafterConfig, checkpoint_layers: bool = False) -> None:
         super().__init__()
         self.config = cfg
         # Activation checkpointing: keep only each layer's input, recompute the layer in
         # backward (a training setting, not part of the exported architecture).
         self.checkpoint_layers = checkpoint_layers
-        self.layers = nn.ModuleList(DraftLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(cfg, i) for i in range(cfg.num_hidden_layers))
         self.fc = nn.Linear(cfg.num_taps * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
