@@ -27,6 +27,11 @@ SCORES_FILE = "scores.parquet"
 # Meta key: per source, the sampling rule its rows were scored under (null: unknown).
 SOURCE_RULES_KEY = "sourceRules"
 META_KEY = b"dflash.likelihood"
+# The scores' layout. 2: `gap` is each token's margin (the largest engine tolerance under which
+# it stays outside the support); before, it was a distance below the support's edge, which a
+# gate of today would misread: such a file is refused (the canary scores again).
+SCORES_FORMAT = 2
+FORMAT_KEY = "scoresFormat"
 SCORES_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string()),
@@ -66,11 +71,13 @@ class ScoresMeta:
             "model": self.model,
             "vocabSize": self.vocab_size,
             **self.extra,
+            FORMAT_KEY: SCORES_FORMAT,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScoresMeta:
-        extra = {k: v for k, v in data.items() if k not in ("rule", "scorer", "model", "vocabSize")}
+        known = ("rule", "scorer", "model", "vocabSize", FORMAT_KEY)
+        extra = {k: v for k, v in data.items() if k not in known}
         return cls(
             SamplingRule.from_json(data.get("rule") or {}),
             str(data.get("scorer", "?")),
@@ -136,4 +143,10 @@ def read_scores(path: str) -> tuple[pa.Table, ScoresMeta]:
     missing = [c for c in SCORES_SCHEMA.names if c not in table.schema.names]
     if raw is None or missing:
         raise ValueError(f"{uri} is not a likelihood scores file (missing {missing or 'metadata'})")
-    return table, ScoresMeta.from_json(json.loads(raw))
+    meta = json.loads(raw)
+    if meta.get(FORMAT_KEY) != SCORES_FORMAT:
+        raise ValueError(
+            f"{uri} has scores of format {meta.get(FORMAT_KEY, 1)}, written before `gap` became "
+            f"a margin; this version reads format {SCORES_FORMAT}: score the rows again"
+        )
+    return table, ScoresMeta.from_json(meta)
