@@ -238,7 +238,7 @@ def test_a_monitor_stop_seen_before_an_in_place_restart_stops_the_child_at_once(
             last_failure=Termination(3, "Error", json.dumps(STOPPED)),
         )
     )  # fmt: skip
-    plan = world.step()
+    world.step()
 
     assert world.status["phase"] == "AuditFailed"
     assert DeleteChild("PyTorchJob", "r1-train") in world.actions[-1]
