@@ -15,6 +15,10 @@ running, forever. Instead:
 - A queued child that Kueue has made no Workload for has its references looked up again
   (`LookUp`), so that the run names what Kueue only writes to its log.
 
+A 404 means "missing" only when API discovery says the cluster serves the kind: a LocalQueue
+of a cluster without Kueue (or with another version of its API) is named as an API that is not
+served, in the Admitted condition, never ObjectMissing (`runtime/executor.py`).
+
 Each gives the stage's condition reason ObjectMissing naming the object and the field (one
 Warning event), and the run goes on by itself once the object exists: lookups are repeated
 at every retry (10 s) and the kubelet retries the pod.
@@ -178,7 +182,8 @@ def mark_unfinished(
     if not missing and not waiting:
         outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
     if child.queue:
-        outcomes.mark_queue(draft, stage, child, observed.workload_of(child))
+        unserved = observed.not_served(build_references(ctx, stage))
+        outcomes.mark_queue(draft, stage, child, observed.workload_of(child), unserved)
     elif draft.condition(ConditionType.ADMITTED) is not None:
         draft.remove_condition(ConditionType.ADMITTED)
     if missing:

@@ -216,3 +216,23 @@ def test_with_nothing_missing_a_child_without_workload_says_what_to_check(
         "unable to build one (its log says why)"
     )
     assert world.condition("Trained")["reason"] == "StageRunning"
+
+
+def test_a_queue_whose_kueue_api_is_not_served_is_named_never_object_missing(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """Kueue is not installed (or serves another version): the child is created, it waits
+    suspended, and the run says which API is missing and what serves it."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.not_served = {"LocalQueue"}
+    world.kueue_blocked = True
+    world.step()
+    world.settle()
+
+    assert "r1-regen" in world.created
+    reasons = {c["reason"] for c in world.status["conditions"]}
+    assert "ObjectMissing" not in reasons
+    admitted = world.condition("Admitted")
+    assert admitted["reason"] == "Queued"
+    assert "Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15" in admitted["message"]
+    assert "Kueue LocalQueue v1beta2 is not served" in world.status["message"]
