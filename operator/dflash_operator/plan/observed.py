@@ -117,6 +117,17 @@ class PodView:
     # CreateContainerConfigError: 'secret "s3" not found'.
     waiting_reason: str | None = None
     waiting_message: str | None = None
+    # Its Secret and ConfigMap volumes: (volume, kind, object name).
+    volumes: tuple[tuple[str, str, str], ...] = ()
+    # The kubelet's FailedMount events while it waits in ContainerCreating (their messages:
+    # 'MountVolume.SetUp failed for volume "s3-ca" : secret "ca" not found'); read by the
+    # observer only for such a pod.
+    mount_failures: tuple[str, ...] = ()
+
+    @property
+    def is_creating(self) -> bool:
+        """Pending with its container not created yet (volumes, image pull, sandbox)."""
+        return self.phase == "Pending" and self.waiting_reason == "ContainerCreating"
 
 
 @dataclass(frozen=True)

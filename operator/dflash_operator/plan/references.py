@@ -3,15 +3,19 @@ ServiceAccount, a ConfigMap, a Secret), and what the run says while one is missi
 
 Without this, a missing object is silent: a Job whose pods name an unknown PriorityClass or
 ServiceAccount never gets a pod, Kueue cannot make a Workload for it (it only logs why), and a
-pod whose Secret is missing waits in CreateContainerConfigError. The run would show its stage
+pod whose Secret is missing waits in CreateContainerConfigError (an env reference) or in
+ContainerCreating with FailedMount events (a volume, e.g. the CA bundle). The run would show its stage
 running, forever. Instead:
 
 - Before a stage's child is created, the operator looks up the PriorityClass, the LocalQueue,
   the ServiceAccount and the CA ConfigMap it names (`build_references`, then `CreateChild.
   requires`); a missing one keeps the child from being created.
 - Secrets are never read (the operator has no right on them, not even `get`, which would return
-  their values): a missing Secret, or a missing key in one, is known from the kubelet's
-  CreateContainerConfigError on the first pod that needs it (`missing_from_pods`).
+  their values): a missing Secret, or a missing key in one, is known from the kubelet on the
+  first pod that needs it (`missing_from_pods`): its CreateContainerConfigError for env
+  references, its FailedMount events for volumes (the observer reads those of a pod waiting in
+  ContainerCreating; events are not watched, so such a pod is looked at again every
+  `CREATING_RECHECK_SECONDS`).
 - A queued child that Kueue has made no Workload for has its references looked up again
   (`LookUp`), so that the run names what Kueue only writes to its log.
 
@@ -50,6 +54,17 @@ CLUSTER_SCOPED_KINDS = frozenset({"PriorityClass"})
 # The kubelet's words for a missing Secret / ConfigMap / key (pkg/kubelet/kubelet_pods.go).
 _NOT_FOUND = re.compile(r'\b(secret|configmap) "([^"]+)" not found', re.IGNORECASE)
 _NO_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
+# ...and for a volume it cannot set up: a FailedMount event per volume (generateVolumeMsg in
+# pkg/volume/util/operationexecutor), whose cause is the volume plugin's error: the object's
+# 'secret "x" not found', or MakePayload's missing key, which names only the key.
+_MOUNT = re.compile(r'^MountVolume\.SetUp failed for volume "([^"]+)" : (.*)$', re.DOTALL)
+_MOUNT_NO_KEY = re.compile(
+    r"(?:configmap references non-existent config key|references non-existent secret key): (\S+)"
+)
+CONFIG_ERROR = "CreateContainerConfigError"
+# A pod waiting in ContainerCreating is looked at again this often: the FailedMount events
+# that say why are not watched (they have no label of ours), only listed.
+CREATING_RECHECK_SECONDS = 10.0
 
 
 def build_references(ctx: StageContext, stage: Stage) -> tuple[ObjectRef, ...]:
@@ -97,24 +112,52 @@ def secret_fields(spec: DFlashRunSpec) -> dict[tuple[str, str], str]:
     return fields
 
 
-def missing_from_pods(spec: DFlashRunSpec, pods: Sequence[PodView]) -> tuple[ObjectRef, str] | None:
-    """A Secret or ConfigMap (or a key of one) a pod waits for, from the kubelet's message,
-    with the pod's name; None when no pod waits for one."""
+def missing_from_pods(
+    spec: DFlashRunSpec, pods: Sequence[PodView]
+) -> tuple[ObjectRef, str, str] | None:
+    """A Secret or ConfigMap (or a key of one) a pod waits for, from the kubelet's words,
+    with the pod's name and what the kubelet said it in; None when no pod waits for one."""
     fields = secret_fields(spec)
     for pod in sorted(pods, key=lambda p: p.name):
-        message = pod.waiting_message or ""
-        if pod.waiting_reason != "CreateContainerConfigError" or not message:
+        found = _from_config_error(pod) or _from_failed_mount(pod)
+        if found is not None:
+            kind, name, key, source = found
+            field = fields.get((kind, name), "the stage's pod template")
+            return ObjectRef(kind, name, field, key), pod.name, source
+    return None
+
+
+def _from_config_error(pod: PodView) -> tuple[str, str, str | None, str] | None:
+    """(kind, name, key, source) from the kubelet's CreateContainerConfigError (env)."""
+    message = pod.waiting_message or ""
+    if pod.waiting_reason != CONFIG_ERROR or not message:
+        return None
+    if found := _NO_KEY.search(message):
+        kind = "ConfigMap" if found.group(2) == "ConfigMap" else "Secret"
+        return kind, found.group(3), found.group(1), CONFIG_ERROR
+    if found := _NOT_FOUND.search(message):
+        kind = "ConfigMap" if found.group(1).lower() == "configmap" else "Secret"
+        return kind, found.group(2), None, CONFIG_ERROR
+    return None
+
+
+def _from_failed_mount(pod: PodView) -> tuple[str, str, str | None, str] | None:
+    """(kind, name, key, source) from the kubelet's FailedMount events (volumes); the
+    latest event that names a missing object or key wins."""
+    if not pod.is_creating:
+        return None
+    volumes = {volume: (kind, name) for volume, kind, name in pod.volumes}
+    for message in reversed(pod.mount_failures):
+        mount = _MOUNT.match(message)
+        if mount is None:
             continue
-        if found := _NO_KEY.search(message):
-            key, kind, name = found.group(1), found.group(2), found.group(3)
-            kind = "ConfigMap" if kind == "ConfigMap" else "Secret"
-        elif found := _NOT_FOUND.search(message):
-            key, name = None, found.group(2)
+        volume, cause = mount.group(1), mount.group(2)
+        if found := _NOT_FOUND.search(cause):
             kind = "ConfigMap" if found.group(1).lower() == "configmap" else "Secret"
-        else:
-            continue
-        field = fields.get((kind, name), "the stage's pod template")
-        return ObjectRef(kind, name, field, key), pod.name
+            return kind, found.group(2), None, "FailedMount"
+        if (found := _MOUNT_NO_KEY.search(cause)) and volume in volumes:
+            kind, name = volumes[volume]
+            return kind, name, found.group(1), "FailedMount"
     return None
 
 
@@ -142,12 +185,16 @@ def mark_missing(
 def mark_waiting_pods(
     ctx: StageContext, draft: Draft, stage: Stage, pods: Sequence[PodView]
 ) -> bool:
-    """A pod of the stage waits for a missing Secret or ConfigMap: say so; True if one does."""
+    """A pod of the stage waits for a missing Secret or ConfigMap: say so; True if one does.
+    A pod waiting in ContainerCreating is looked at again soon (its events are not watched)."""
+    if any(pod.is_creating for pod in pods):
+        draft.requeue(CREATING_RECHECK_SECONDS)
     found = missing_from_pods(ctx.spec, pods)
     if found is None:
         return False
-    ref, pod = found
-    seen = f" (the kubelet's CreateContainerConfigError on pod {pod})"
+    ref, pod, source = found
+    said = "FailedMount event" if source == "FailedMount" else source
+    seen = f" (the kubelet's {said} on pod {pod})"
     mark_missing(draft, stage, [ref], ctx.run.namespace, seen)
     return True
 

@@ -246,9 +246,14 @@ class Kube:
             if not error.not_found:
                 raise
 
-    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:
         path = RESOURCES[kind].path(namespace)
-        answer = self.request("GET", path, query={"labelSelector": label_selector}, kind=kind)
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        answer = self.request("GET", path, query=query, kind=kind)
         items: list[dict[str, Any]] = answer.get("items") or []
         for item in items:
             # Lists leave kind/apiVersion out of their items.
