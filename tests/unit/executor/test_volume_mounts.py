@@ -17,7 +17,9 @@ from dflash_dev.executor.sandbox import SandboxBuilder
 class Objects:
     """Secrets and ConfigMaps by name (None: does not exist)."""
 
-    def __init__(self, secrets: dict[str, dict[str, bytes]], maps: dict[str, dict[str, bytes]]):
+    def __init__(
+        self, secrets: dict[str, dict[str, bytes]], maps: dict[str, dict[str, bytes]]
+    ) -> None:
         self.secrets, self.maps = secrets, maps
 
     def secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
@@ -28,10 +30,11 @@ class Objects:
 
 
 def build(tmp_path: Path, volumes: list[dict[str, Any]], objects: Objects) -> Any:
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+    pod: dict[str, Any] = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
            "spec": {"containers": [{"name": "c"}], "volumes": volumes}}  # fmt: skip
     facts = PodFacts(pod, "127.0.0.2", "127.0.0.1", {})
-    return SandboxBuilder(objects, facts).build(tmp_path / "sandbox", pod["spec"]["containers"][0])  # type: ignore[arg-type]
+    builder = SandboxBuilder(objects, facts)  # type: ignore[arg-type]
+    return builder.build(tmp_path / "sandbox", pod["spec"]["containers"][0])
 
 
 def test_every_failing_volume_is_named_in_kubelets_words(tmp_path: Path) -> None:
