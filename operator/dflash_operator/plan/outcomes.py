@@ -187,6 +187,8 @@ def mark_queue(
         why = "its Workload is deactivated (spec.suspend)"
     else:
         why = workload.evicted or workload.message or "pending"
+        if not_served:  # Kueue's words ("LocalQueue q doesn't exist") follow from it
+            why = f"{not_served}; Kueue says: {why}"
     message = Reason.QUEUED.message(stage=stage.value, queue=child.queue, why=why)
     # The first reconcile after creation usually comes before Kueue's Workload: shown, but
     # announced (an event) only once Kueue has said why the child waits.

@@ -45,7 +45,7 @@ from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.plan import outcomes
 from dflash_operator.plan.actions import LookUp
 from dflash_operator.plan.draft import Draft
-from dflash_operator.plan.observed import ChildView, ObjectRef, Observed, PodView
+from dflash_operator.plan.observed import ChildView, ObjectRef, Observed, PodView, WorkloadView
 from dflash_operator.plan.stages import StageContext, pod_context, stage_queue
 
 # The kinds the operator looks up by name (its RBAC: `get` on each); Secrets are not among them.
@@ -62,6 +62,8 @@ _MOUNT_NO_KEY = re.compile(
     r"(?:configmap references non-existent config key|references non-existent secret key): (\S+)"
 )
 CONFIG_ERROR = "CreateContainerConfigError"
+# Kueue's message on a Workload whose LocalQueue it does not know.
+KUEUE_NO_QUEUE = "LocalQueue {queue} doesn't exist"
 # A pod waiting in ContainerCreating is looked at again this often: the FailedMount events
 # that say why are not watched (they have no label of ours), only listed.
 CREATING_RECHECK_SECONDS = 10.0
@@ -199,13 +201,23 @@ def mark_waiting_pods(
     return True
 
 
+def is_queue_unknown_to_kueue(child: ChildView, workload: WorkloadView | None) -> bool:
+    """Kueue made the child's Workload but says its LocalQueue does not exist (its words,
+    pkg/controller/core/workload_controller.go): missing, or an API Kueue cannot read."""
+    return workload is not None and workload.message == KUEUE_NO_QUEUE.format(queue=child.queue)
+
+
 def check_queued(
     ctx: StageContext, draft: Draft, stage: Stage, child: ChildView, observed: Observed
 ) -> tuple[ObjectRef, ...]:
-    """A queued child Kueue has made no Workload for: look its references up (once per pass)
-    and return those that are missing, which is why Kueue cannot make one."""
+    """A queued child Kueue has made no Workload for, or whose LocalQueue Kueue says does not
+    exist: look its references up (once per pass) and return those that are missing, which
+    is why Kueue cannot admit it. (An API that is not served is `Observed.not_served`.)"""
     refs = build_references(ctx, stage)
-    if not child.queue or not refs or observed.workload_of(child) is not None:
+    workload = observed.workload_of(child)
+    if not child.queue or not refs:
+        return ()
+    if workload is not None and not is_queue_unknown_to_kueue(child, workload):
         return ()
     if not observed.looked_up(refs):
         draft.act(LookUp(refs))
@@ -235,4 +247,6 @@ def mark_unfinished(
         draft.remove_condition(ConditionType.ADMITTED)
     if missing:
         seen = f"; Kueue cannot make a Workload for {child.kind} {child.name} without it"
+        if observed.workload_of(child) is not None:
+            seen = f"; Kueue cannot admit {child.kind} {child.name} without it"
         mark_missing(draft, stage, missing, ctx.run.namespace, seen)

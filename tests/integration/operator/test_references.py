@@ -170,12 +170,15 @@ def test_a_queue_on_a_cluster_that_does_not_serve_the_local_queue_api_names_the_
     harness.start_operator()
     harness.apply_run("r1", score_first(make_spec, queueName="team"))
 
-    admitted = wait_for(
-        "Admitted to name the API",
-        lambda: (
-            (c := harness.condition("r1", "Admitted")) and "is not served" in c["message"] and c
-        ),
-    )
+    try:
+        admitted = wait_for(
+            "Admitted to name the API",
+            lambda: (
+                (c := harness.condition("r1", "Admitted")) and "is not served" in c["message"] and c
+            ),
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {harness.status('r1').get('conditions')}") from None
     assert admitted["status"] == "False"
     assert "Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15" in admitted["message"]
     assert harness.names("jobs") == ["r1-score"]  # created, not blocked

@@ -319,3 +319,47 @@ def test_a_queue_whose_kueue_api_is_not_served_is_named_never_object_missing(
     assert admitted["reason"] == "Queued"
     assert "Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15" in admitted["message"]
     assert "Kueue LocalQueue v1beta2 is not served" in world.status["message"]
+
+
+def test_a_workload_kueue_cannot_queue_for_an_unserved_local_queue_api_still_names_the_api(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """Kueue made the Workload but cannot read the LocalQueue API (not served at v1beta2): it
+    says "LocalQueue team-a doesn't exist". The run looks the queue up again and names the
+    API (with Kueue's words after it), never ObjectMissing."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.not_served = {"LocalQueue"}
+    world.quota_free = False
+    world.quota_message = "LocalQueue team-a doesn't exist"
+    for _ in range(4):
+        world.step()
+
+    assert any(isinstance(a, LookUp) for actions in world.actions[-2:] for a in actions)
+    admitted = world.condition("Admitted")
+    assert admitted["reason"] == "Queued"
+    assert admitted["message"] == (
+        "regen waits in Kueue LocalQueue team-a: Kueue LocalQueue v1beta2 is not served: "
+        "install Kueue >= 0.15 (the operator uses kueue.x-k8s.io/v1beta2 localqueues; this "
+        "cluster does not serve it); Kueue says: LocalQueue team-a doesn't exist"
+    )
+    assert "ObjectMissing" not in {c["reason"] for c in world.status["conditions"]}
+
+
+def test_a_workload_whose_served_local_queue_is_missing_is_object_missing(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """The LocalQueue was deleted after the child was created: Kueue says so on the Workload;
+    the run looks it up and names it (ObjectMissing), as before the child was created."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.quota_free = False
+    world.quota_message = "LocalQueue team-a doesn't exist"
+    world.step()
+    world.step()
+    assert "r1-regen" in world.created and world.workloads  # Kueue made its Workload
+    world.absent = {("LocalQueue", "team-a")}  # kubectl delete localqueue team-a
+    for _ in range(3):
+        world.step()
+    regenerated = world.condition("Regenerated")
+    assert regenerated["reason"] == "ObjectMissing", regenerated
+    assert "LocalQueue team-a (named by spec.queueName) does not exist" in regenerated["message"]
+    assert "Kueue cannot admit Job r1-regen without it" in regenerated["message"]
