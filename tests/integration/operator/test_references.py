@@ -187,3 +187,7 @@ def test_a_queue_on_a_cluster_that_does_not_serve_the_local_queue_api_names_the_
     assert scored is not None and scored["reason"] != "ObjectMissing", scored
     assert "ObjectMissing" not in warning_reasons(harness, "r1")
     assert harness.names("jobs") == ["r1-score"]
+    # Also once Kueue has made the Workload (it says "LocalQueue team doesn't exist"): the
+    # condition still names the API.
+    admitted = harness.condition("r1", "Admitted")
+    assert admitted is not None and "is not served" in admitted["message"], admitted
