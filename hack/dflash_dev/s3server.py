@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -16,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import procs, s3capacity
 from .errors import DevError
@@ -27,6 +28,12 @@ NAME = "s3"
 DEFAULT_BUCKET = "dflash"
 REGION = "us-east-1"
 START_TIMEOUT_SECONDS = 60.0
+SERVER_ERROR_STATUS = 500
+# How a stage's S3 result line says the server could not store (s3_errors.describe_answer).
+SERVER_FAILURE_WORDS = re.compile(
+    r"\b(?:InternalError|ServiceUnavailable|SlowDown|HTTP 5\d\d)\b|is out of space|"
+    r"could not store it"
+)
 
 
 @dataclass(frozen=True)
@@ -153,51 +160,15 @@ def up(
     down(name)
     state = _state_dir(name)
     state.mkdir(parents=True, exist_ok=True)
-    usage = shutil.disk_usage(state)
-    problem = s3capacity.check_disk(s3capacity.Disk(usage.free, usage.total), str(state))
-    if problem is not None:
-        raise DevError(problem)
+    check_free_disk(state)
     data_dir = state / f"data-{int(time.time())}-{secrets.token_hex(3)}"
     data_dir.mkdir(parents=True)
-    s3_port, master, volume, filer, admin, webdav, metrics, debug, https_port = free_ports(9)
+    ports = MiniPorts(*free_ports(len(MiniPorts._fields)))
     access_key = "dflash" + secrets.token_hex(4)
     secret_key = secrets.token_urlsafe(24)
-    argv = [
-        str(weed_binary()),
-        "mini",
-        f"-dir={data_dir}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-s3.port={s3_port}",
-        f"-master.port={master}",
-        f"-volume.port={volume}",
-        f"-filer.port={filer}",
-        f"-admin.port={admin}",
-        f"-webdav.port={webdav}",
-        f"-metricsPort={metrics}",
-        f"-debug.port={debug}",
-        "-admin.ui=false",
-        "-webdav=false",
-        f"-bucket={bucket}",
-        # Sized for small disks (s3capacity.py): 64 MiB volumes, whatever the disk's size.
-        f"-master.volumeSizeLimitMB={s3capacity.VOLUME_SIZE_MB}",
-    ]
-    if volume_max is not None:
-        argv.append(f"-volume.max={volume_max}")
-    scheme, port = "http", s3_port
-    if tls is not None:
-        argv += [
-            f"-s3.port.https={https_port}",
-            f"-s3.cert.file={tls.cert}",
-            f"-s3.key.file={tls.key}",
-        ]
-        scheme, port = "https", https_port
-    env = dict(
-        os.environ,
-        AWS_ACCESS_KEY_ID=access_key,
-        AWS_SECRET_ACCESS_KEY=secret_key,
-        WEED_MASTER_VOLUME_GROWTH_COPY_1=str(s3capacity.GROWTH_PER_COLLECTION),
-    )
+    argv = build_mini_argv(data_dir, ports, bucket, volume_max=volume_max, tls=tls)
+    scheme, port = ("https", ports.https) if tls is not None else ("http", ports.s3)
+    env = build_mini_env(access_key, secret_key)
     tracked = procs.start(state, name, argv, env=env, cwd=data_dir)
     info = S3Info(
         endpoint_url=f"{scheme}://127.0.0.1:{port}",
@@ -207,7 +178,7 @@ def up(
         bucket=bucket,
         data_dir=str(data_dir),
         ca_bundle=tls.ca if tls is not None else None,
-        master_url=f"http://127.0.0.1:{master}",
+        master_url=f"http://127.0.0.1:{ports.master}",
         log=str(tracked.log),
     )
     _info_file(name).write_text(json.dumps(asdict(info)))
@@ -226,6 +197,69 @@ def up(
     raise DevError(
         f"the S3 server (SeaweedFS) did not answer within {START_TIMEOUT_SECONDS:.0f}s: "
         f"{_last_error(tracked.log)}; log: {tracked.log}"
+    )
+
+
+class MiniPorts(NamedTuple):
+    """The ports `weed mini` listens on (all on loopback; admin UI and WebDAV stay off)."""
+
+    s3: int
+    master: int
+    volume: int
+    filer: int
+    admin: int
+    webdav: int
+    metrics: int
+    debug: int
+    https: int
+
+
+def check_free_disk(folder: Path) -> None:
+    """Refuse to start on a disk SeaweedFS would refuse writes on (s3capacity.check_disk)."""
+    usage = shutil.disk_usage(folder)
+    problem = s3capacity.check_disk(s3capacity.Disk(usage.free, usage.total), str(folder))
+    if problem is not None:
+        raise DevError(problem)
+
+
+def build_mini_argv(
+    data_dir: Path,
+    ports: MiniPorts,
+    bucket: str,
+    *,
+    volume_max: int | None = None,
+    tls: TlsFiles | None = None,
+) -> list[str]:
+    """`weed mini` as every server of the dev tooling runs it: on loopback, sized for small
+    disks (s3capacity.py: 64 MiB volumes, whatever the disk's size)."""
+    argv = [
+        str(weed_binary()), "mini", f"-dir={data_dir}",
+        "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={ports.s3}",
+        f"-master.port={ports.master}", f"-volume.port={ports.volume}",
+        f"-filer.port={ports.filer}", f"-admin.port={ports.admin}",
+        f"-webdav.port={ports.webdav}", f"-metricsPort={ports.metrics}",
+        f"-debug.port={ports.debug}", "-admin.ui=false", "-webdav=false", f"-bucket={bucket}",
+        f"-master.volumeSizeLimitMB={s3capacity.VOLUME_SIZE_MB}",
+    ]  # fmt: skip
+    if volume_max is not None:
+        argv.append(f"-volume.max={volume_max}")
+    if tls is not None:
+        argv += [
+            f"-s3.port.https={ports.https}",
+            f"-s3.cert.file={tls.cert}",
+            f"-s3.key.file={tls.key}",
+        ]
+    return argv
+
+
+def build_mini_env(access_key: str, secret_key: str) -> dict[str, str]:
+    """The server's environment: its admin credentials, and one volume grown per collection
+    at a time (s3capacity.GROWTH_PER_COLLECTION)."""
+    return dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID=access_key,
+        AWS_SECRET_ACCESS_KEY=secret_key,
+        WEED_MASTER_VOLUME_GROWTH_COPY_1=str(s3capacity.GROWTH_PER_COLLECTION),
     )
 
 
@@ -308,6 +342,25 @@ def refusal(info: S3Info, name: str = NAME) -> str | None:
     return s3capacity.describe_refusal(cause, disk(info), topology(info), info.data_dir, str(log))
 
 
+def is_server_failure(exc: BaseException) -> bool:
+    """Whether the server answered a server-side error (InternalError, 5xx: what SeaweedFS
+    answers when it cannot store): only such a failure is explained by a refusal in its log.
+    A wrong key (403), a missing bucket (404) or no answer at all never is, whatever the log
+    says of an earlier write."""
+    from dflash_trainer.s3_errors import SERVER_CODES, answer_of, unwrap
+
+    answer = answer_of(unwrap(exc))
+    if answer is None:
+        return False
+    return answer.code in SERVER_CODES or (answer.status or 0) >= SERVER_ERROR_STATUS
+
+
+def is_server_failure_text(message: str) -> bool:
+    """Whether a stage's one-line S3 result (dflash_trainer.s3_errors) says the server
+    answered a server-side error or is full: the words of `is_server_failure`, in text."""
+    return SERVER_FAILURE_WORDS.search(message) is not None
+
+
 def explain_failure(info: S3Info, what: str, exc: BaseException, name: str = NAME) -> str:
     """One line for an S3 request of the dev tooling that failed (`what`: "uploading s3://..."):
     the server is not running, or why it refused (from its log), or what it answered."""
@@ -320,7 +373,7 @@ def explain_failure(info: S3Info, what: str, exc: BaseException, name: str = NAM
             + (f" (its last log line: {last[:200]})" if last else "")
             + f": start it again with `make s3-down s3-up` (the demo starts it itself); log: {log}"
         )
-    why = refusal(info, name)
+    why = refusal(info, name) if is_server_failure(exc) else None
     if why is not None:
         return f"{what} failed: {why}"
     said = " ".join(str(exc).split())[:300]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any, cast
 
 import kopf
-from kopf._core.engines.peering import Identity  # the type of kopf.run(identity=)
 
 from dflash_operator.config import ConfigError, OperatorConfig, add_flags, load_config
 from dflash_operator.handlers import children, lifecycle, runs
@@ -91,7 +91,8 @@ def cli(argv: list[str] | None = None) -> int:
             clusterwide=config.clusterwide,
             namespaces=config.namespaces,
             standalone=True,
-            identity=Identity(process_identity()),
+            # kopf's `Identity` is a NewType of str in a private module: a plain str, cast.
+            identity=cast(Any, process_identity()),
             liveness_endpoint=config.liveness_endpoint,
             memo=kopf.Memo(config=config, pools=pools),
         )

@@ -101,10 +101,12 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create]
-# Events on runs (kubectl describe dfr); a repeat patches the earlier one's count.
+# Events on runs (kubectl describe dfr); a repeat patches the earlier one's count. Listed (read
+# only) too: the kubelet's FailedMount events name the Secret a waiting pod's volume lacks (the
+# pod itself says only ContainerCreating), and Secrets are never read.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [list, create, patch]
 {{- end -}}
 
 {{- define "dflash-operator.discoveryRules" -}}

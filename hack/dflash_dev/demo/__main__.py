@@ -105,7 +105,11 @@ def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
         report = summary.fetch_report(env.s3.client(), report_uri) if report_uri else None
         summary.print_audit_failure(console, final, report, NAMESPACE)
     elif phase != "Succeeded":
-        refused = s3server.refusal(env.s3)
+        # The server's log explains only a failure that is a refused write (a stage's line
+        # says InternalError / HTTP 5xx): a wrong key or a missing object is not blamed on it.
+        failure = str((final.get("status") or {}).get("message") or "")
+        said_server = s3server.is_server_failure_text(failure)
+        refused = s3server.refusal(env.s3) if said_server else None
         if refused is None and s3server.status() is None:
             refused = (
                 f"the S3 server at {env.s3.endpoint_url} is not running any more: "

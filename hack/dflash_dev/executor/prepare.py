@@ -39,15 +39,20 @@ def prepare_start(
 ) -> Prepared:
     """Resolve a start of the pod's first container; build the sandbox on the first start.
 
-    Raises PodConfigError (something missing: the caller waits and retries) and
+    Raises VolumeMountError (a volume's Secret or ConfigMap, or a key of one, is missing),
+    PodConfigError (an env reference is missing: the caller waits and retries) and
     WaitInterruptedError (the pod was deleted while a Service had no pod IP yet).
     """
     meta, container = pod["metadata"], pod["spec"]["containers"][0]
     facts = PodFacts(pod, pod_ip, HOST_IP, ctx.allocatable)
-    env = resolve_env(facts, container, ctx.objects.secret_text, ctx.objects.config_map_text)
-    if sandbox is None:
+    if sandbox is None:  # volumes first, as kubelet: a missing one is FailedMount, not env's error
         root = sandbox_root(ctx.pods_dir, meta["namespace"], meta["name"], meta["uid"])
-        sandbox = SandboxBuilder(ctx.objects, facts, env).build(root, container)
+        builder = SandboxBuilder(ctx.objects, facts)
+        sandbox = builder.build(root, container)
+        env = resolve_env(facts, container, ctx.objects.secret_text, ctx.objects.config_map_text)
+        builder.mount(sandbox, container, env)
+    else:
+        env = resolve_env(facts, container, ctx.objects.secret_text, ctx.objects.config_map_text)
     if ctx.engine is None:
         env = {k: sandbox.rewrite(v) for k, v in env.items()}
     env = resolve_addresses(

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .env import PodFacts, expand, field_value, resource_value
-from .errors import PodConfigError
+from .errors import PodConfigError, VolumeMountError
 from .objects import ObjectSource, Token
 
 Obj = dict[str, Any]
@@ -31,6 +31,10 @@ DEFAULT_FILE_MODE = 0o644
 TOKEN_REFRESH_FRACTION = 0.8
 TOKEN_MAX_AGE = timedelta(hours=24)
 SUPPORTED = ("emptyDir", "secret", "configMap", "downwardAPI", "projected")
+# The volume plugins' words for a listed key that is missing (MakePayload in
+# pkg/volume/secret/secret.go and pkg/volume/configmap/configmap.go).
+MISSING_SECRET_KEY = "references non-existent secret key"  # noqa: S105 (words, no secret)
+MISSING_CONFIG_MAP_KEY = "configmap references non-existent config key"
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Sandbox:
     tokens: list[ProjectedToken] = field(default_factory=list)
     termination_path: str = DEFAULT_TERMINATION_PATH
     rootfs: Path | None = None  # image mode: the pod's root filesystem
+    volumes: dict[str, Path] = field(default_factory=dict)  # volume name -> local dir
 
     @property
     def work(self) -> Path:
@@ -151,8 +156,10 @@ def _write_keys(
     mode: int,
     what: str,
     optional: bool,
+    missing_key: str,
 ) -> None:
-    """Project keys of a Secret/ConfigMap: all keys, or the listed `items` (key -> path)."""
+    """Project keys of a Secret/ConfigMap: all keys, or the listed `items` (key -> path).
+    A listed key that is missing fails the volume with the plugin's words (`missing_key`)."""
     if not items:
         for key, value in data.items():
             _write(_safe_relative(target, key, what), value, mode)
@@ -162,7 +169,7 @@ def _write_keys(
         if key not in data:
             if optional:
                 continue
-            raise PodConfigError(f"{what}: couldn't find key {key}")
+            raise _MountFailedError(f"{missing_key}: {key}")
         _write(
             _safe_relative(target, item.get("path") or key, what),
             data[key],
@@ -170,17 +177,23 @@ def _write_keys(
         )
 
 
-class SandboxBuilder:
-    """Creates the sandbox of one pod: directories, volume contents, mount map."""
+class _MountFailedError(Exception):
+    """One volume cannot be set up; the message is the volume plugin's error."""
 
-    def __init__(self, objects: ObjectSource, facts: PodFacts, env: dict[str, str]) -> None:
+
+class SandboxBuilder:
+    """Creates the sandbox of one pod: directories and volume contents (`build`, before env,
+    as kubelet mounts volumes before it resolves env), then the mount map (`mount`)."""
+
+    def __init__(self, objects: ObjectSource, facts: PodFacts) -> None:
         self.objects = objects
         self.facts = facts
-        self.env = env
         self.pod = facts.pod
         self.namespace = facts.pod["metadata"]["namespace"]
 
     def build(self, root: Path, container: Obj) -> Sandbox:
+        """Raises VolumeMountError naming every volume that cannot be set up (kubelet sets
+        them all up, and posts one FailedMount event per failing volume)."""
         if root.exists():  # a previous attempt (the pod waited on a missing object): start clean
             shutil.rmtree(root)
         sandbox = Sandbox(
@@ -189,24 +202,33 @@ class SandboxBuilder:
         )
         for folder in (sandbox.work, sandbox.home, sandbox.tmp):
             folder.mkdir(parents=True, exist_ok=True)
-        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
-        local: dict[str, Path] = {}
-        for name, volume in volumes.items():
-            local[name] = root / "volumes" / name
-            local[name].mkdir(parents=True, exist_ok=True)
-            self._fill(local[name], volume, sandbox)
+        failures: list[tuple[str, str]] = []
+        for volume in self.pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            sandbox.volumes[name] = root / "volumes" / name
+            sandbox.volumes[name].mkdir(parents=True, exist_ok=True)
+            try:
+                self._fill(sandbox.volumes[name], volume, sandbox)
+            except _MountFailedError as exc:
+                failures.append((name, str(exc)))
+        if failures:
+            raise VolumeMountError(failures)
+        return sandbox
+
+    def mount(self, sandbox: Sandbox, container: Obj, env: dict[str, str]) -> None:
+        """Map each volumeMount's path (subPath, or subPathExpr expanded with `env`)."""
+        local = sandbox.volumes
         for mount in container.get("volumeMounts") or []:
             name = mount.get("name", "")
             if name not in local:
                 raise PodConfigError(
                     f"volumeMount {mount.get('mountPath')}: no volume named {name!r}"
                 )
-            sub = str(mount.get("subPath") or expand(mount.get("subPathExpr") or "", self.env))
+            sub = str(mount.get("subPath") or expand(mount.get("subPathExpr") or "", env))
             target = _safe_relative(local[name], sub, f"volumeMount {name}") if sub else local[name]
             if not target.exists():
                 target.mkdir(parents=True)
             sandbox.mounts[mount["mountPath"]] = target
-        return sandbox
 
     def _fill(self, target: Path, volume: Obj, sandbox: Sandbox) -> None:
         name = volume["name"]
@@ -232,6 +254,7 @@ class SandboxBuilder:
             )
 
     def _project(self, target: Path, source: Obj, mode: int, what: str, sandbox: Sandbox) -> None:
+        # A projected volume stops at its first failing source (kubelet aggregates them all).
         if "secret" in source:
             ref = source["secret"]
             self._project_secret(target, ref.get("name", ""), ref, mode, what)
@@ -258,7 +281,7 @@ class SandboxBuilder:
         if data is None:
             if ref.get("optional"):
                 return
-            raise PodConfigError(f'{what}: secret "{name}" not found')
+            raise _MountFailedError(f'secret "{name}" not found')  # kubelet's secret manager
         _write_keys(
             target,
             data,
@@ -266,6 +289,7 @@ class SandboxBuilder:
             mode,
             f'{what} (secret "{name}")',
             bool(ref.get("optional")),
+            MISSING_SECRET_KEY,
         )
 
     def _project_config_map(self, target: Path, name: str, ref: Obj, mode: int, what: str) -> None:
@@ -273,7 +297,7 @@ class SandboxBuilder:
         if data is None:
             if ref.get("optional"):
                 return
-            raise PodConfigError(f'{what}: configmap "{name}" not found')
+            raise _MountFailedError(f'configmap "{name}" not found')
         _write_keys(
             target,
             data,
@@ -281,6 +305,7 @@ class SandboxBuilder:
             mode,
             f'{what} (configmap "{name}")',
             bool(ref.get("optional")),
+            MISSING_CONFIG_MAP_KEY,
         )
 
     def _project_downward(self, target: Path, items: list[Obj], mode: int, what: str) -> None:

@@ -17,8 +17,16 @@ from pathlib import Path
 
 from . import logs, process
 from .context import Context, finalize_pod
-from .errors import START_ERROR_EXIT_CODE, PodConfigError, PodStartError, WaitInterruptedError
-from .events import post_event
+from .errors import (
+    FAILED_MOUNT,
+    START_ERROR_EXIT_CODE,
+    PodConfigError,
+    PodStartError,
+    VolumeMountError,
+    WaitInterruptedError,
+    mount_failure_message,
+)
+from .events import RepeatedEvents, post_event
 from .image_mode import image_argv, image_launcher_env, release_rootfs
 from .kube import Obj, is_status, pod_path
 from .prepare import Prepared, prepare_start
@@ -92,6 +100,7 @@ class PodWorker:
         self._gone = False
         self._stopping = False
         self._last_waiting = ""
+        self._mount_events = RepeatedEvents(ctx.kube, "Warning", FAILED_MOUNT)
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"pod {self.key}", daemon=True)
 
@@ -213,16 +222,31 @@ class PodWorker:
                 self._last_waiting = ""
                 return prepared
             except PodConfigError as exc:
-                message = str(exc)
-                if message != self._last_waiting:
-                    log.warning("pod %s: cannot start: %s", self.key, message)
-                    phase = "Pending" if sandbox is None else "Running"
-                    self._report(waiting(exc.reason, message), phase=phase)
-                    post_event(self.ctx.kube, self._pod, "Warning", "Failed", f"Error: {message}")
-                    self._last_waiting = message
+                self._report_waiting(exc, sandbox)
             if self._interrupted(delay):
                 raise WaitInterruptedError
             delay = min(delay * 2, CONFIG_RETRY_MAX_SECONDS)
+
+    def _report_waiting(self, exc: PodConfigError, sandbox: Sandbox | None) -> None:
+        """Why the container cannot start, as kubelet says it: volumes that cannot be set up
+        are FailedMount events (again at every retry) and a container in ContainerCreating
+        with no message; a missing env reference is CreateContainerConfigError, with its
+        message, and one Failed event."""
+        message = str(exc)
+        changed = message != self._last_waiting
+        if changed:
+            log.warning("pod %s: cannot start: %s", self.key, message)
+            self._last_waiting = message
+        if isinstance(exc, VolumeMountError):
+            if changed:  # no sandbox yet, so no pod IP: PodReadyToStartContainers is False
+                self._report(waiting(exc.reason), phase="Pending", with_ip=False)
+            for volume, cause in exc.failures:
+                self._mount_events.post(self._pod, mount_failure_message(volume, cause))
+            return
+        if changed:
+            phase = "Pending" if sandbox is None else "Running"
+            self._report(waiting(exc.reason, message), phase=phase)
+            post_event(self.ctx.kube, self._pod, "Warning", "Failed", f"Error: {message}")
 
     def _run_once(self, prepared: Prepared) -> Exit | None:
         """Start the process and wait for its end: an Exit, or None when deleted/stopping."""
@@ -339,7 +363,14 @@ class PodWorker:
 
     # ------------------------------------------------------------------ status
     def _report(
-        self, state: Obj, *, phase: str, reason: str = "", message: str = "", cid: str = ""
+        self,
+        state: Obj,
+        *,
+        phase: str,
+        reason: str = "",
+        message: str = "",
+        cid: str = "",
+        with_ip: bool = True,
     ) -> None:
         main = container_status(
             self.container,
@@ -356,7 +387,7 @@ class PodWorker:
                 pod,
                 main,
                 phase=phase,
-                pod_ip=self.ip,
+                pod_ip=self.ip if with_ip else None,
                 start_time=self.start_time,
                 reason=reason,
                 message=message,

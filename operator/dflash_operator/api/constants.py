@@ -234,6 +234,8 @@ class Reason(StrEnum):
     STAGE_SUCCEEDED = "StageSucceeded"
     STAGE_SKIPPED = "StageSkipped"
     STAGE_FAILED = "StageFailed"
+    # A child ended but its result (termination message) cannot be read or validated.
+    STAGE_RESULT_UNREADABLE = "StageResultUnreadable"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     RETRY_REQUESTED = "RetryRequested"
     SPEC_CHANGED = "SpecChanged"
@@ -282,6 +284,12 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.STAGE_SUCCEEDED: "{stage} finished: {summary}",
     Reason.STAGE_SKIPPED: "{stage} skipped: {why}",
     Reason.STAGE_FAILED: "{stage} failed on attempt {attempt}: {error}",
+    Reason.STAGE_RESULT_UNREADABLE: (
+        "{stage} ended on attempt {attempt} but its result cannot be trusted: {problem}. "
+        "Nothing of it is used. Read the pod's log, then retry with: kubectl annotate dfr {run} "
+        + ANNOTATION_RETRY
+        + "={stage} --overwrite"
+    ),
     Reason.RETRIES_EXHAUSTED: (
         "{stage} failed {attempts} times (limit {limit}): {error}. Fix the cause, then retry "
         "with: kubectl annotate dfr {run} " + ANNOTATION_RETRY + "=<any new value> --overwrite"

@@ -326,7 +326,23 @@ def summarize_pod(body: Body) -> PodView | None:
         started_at=_time(status.get("startTime")),
         waiting_reason=waiting.get("reason") or None,
         waiting_message=waiting.get("message") or None,
+        volumes=_object_volumes(body),
     )
+
+
+def _object_volumes(body: Body) -> tuple[tuple[str, str, str], ...]:
+    """(volume, kind, name) of the pod's Secret and ConfigMap volumes: a FailedMount event
+    names the volume, and for a missing key only the volume."""
+    found = []
+    for volume in (body.get("spec") or {}).get("volumes") or ():
+        if not isinstance(volume, Mapping):
+            continue
+        secret, config_map = volume.get("secret"), volume.get("configMap")
+        if isinstance(secret, Mapping) and secret.get("secretName"):
+            found.append((str(volume.get("name")), "Secret", str(secret["secretName"])))
+        elif isinstance(config_map, Mapping) and config_map.get("name"):
+            found.append((str(volume.get("name")), "ConfigMap", str(config_map["name"])))
+    return tuple(found)
 
 
 def _requested_gpus(body: Body) -> float:

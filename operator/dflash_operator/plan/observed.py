@@ -64,10 +64,12 @@ class ObjectRef:
 
 @dataclass(frozen=True)
 class Lookup:
-    """Whether a named object exists (None: it could not be checked, e.g. no RBAC for it)."""
+    """Whether a named object exists (None: it could not be checked, e.g. no RBAC for it, or
+    the cluster does not serve its API: then `not_served` names the API and what serves it)."""
 
     ref: ObjectRef
     exists: bool | None
+    not_served: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,17 @@ class PodView:
     # CreateContainerConfigError: 'secret "s3" not found'.
     waiting_reason: str | None = None
     waiting_message: str | None = None
+    # Its Secret and ConfigMap volumes: (volume, kind, object name).
+    volumes: tuple[tuple[str, str, str], ...] = ()
+    # The kubelet's FailedMount events while it waits in ContainerCreating (their messages:
+    # 'MountVolume.SetUp failed for volume "s3-ca" : secret "ca" not found'); read by the
+    # observer only for such a pod.
+    mount_failures: tuple[str, ...] = ()
+
+    @property
+    def is_creating(self) -> bool:
+        """Pending with its container not created yet (volumes, image pull, sandbox)."""
+        return self.phase == "Pending" and self.waiting_reason == "ContainerCreating"
 
 
 @dataclass(frozen=True)
@@ -219,6 +232,14 @@ class Observed:
         """Were all of `refs` looked up in this pass?"""
         known = {lookup.ref for lookup in self.lookups}
         return all(ref in known for ref in refs)
+
+    def not_served(self, refs: Iterable[ObjectRef]) -> str | None:
+        """Why one of `refs` could not be looked up: its API is not served (this pass)."""
+        wanted = set(refs)
+        for lookup in self.lookups:
+            if lookup.ref in wanted and lookup.not_served:
+                return lookup.not_served
+        return None
 
     def missing(self, refs: Iterable[ObjectRef]) -> tuple[ObjectRef, ...]:
         """Those of `refs` a lookup of this pass found absent."""

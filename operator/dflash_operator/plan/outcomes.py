@@ -156,10 +156,16 @@ def mark_running(
 QUEUE_RECHECK_SECONDS = 10.0
 
 
-def mark_queue(draft: Draft, stage: Stage, child: ChildView, workload: WorkloadView | None) -> None:
+def mark_queue(
+    draft: Draft,
+    stage: Stage,
+    child: ChildView,
+    workload: WorkloadView | None,
+    not_served: str | None = None,
+) -> None:
     """The Admitted condition of a queued child, in Kueue's own words: which ClusterQueue
-    admitted it, or why it waits (the quota that is short). Shown in the phase message and
-    the Progress column while it waits."""
+    admitted it, or why it waits (the quota that is short, or Kueue's API not served). Shown
+    in the phase message and the Progress column while it waits."""
     if not child.suspended:
         if workload is not None and workload.admitted:
             message = Reason.ADMITTED.message(
@@ -169,7 +175,9 @@ def mark_queue(draft: Draft, stage: Stage, child: ChildView, workload: WorkloadV
                 ConditionType.ADMITTED, ConditionStatus.TRUE, Reason.ADMITTED, message
             )
         return
-    if workload is None:
+    if workload is None and not_served:
+        why = not_served
+    elif workload is None:
         why = (
             f"Kueue has made no Workload for {child.kind} {child.name} yet: it may not be "
             f"running, not manage {child.kind}s in this namespace, or be unable to build one "
@@ -179,12 +187,14 @@ def mark_queue(draft: Draft, stage: Stage, child: ChildView, workload: WorkloadV
         why = "its Workload is deactivated (spec.suspend)"
     else:
         why = workload.evicted or workload.message or "pending"
+        if not_served:  # Kueue's words ("LocalQueue q doesn't exist") follow from it
+            why = f"{not_served}; Kueue says: {why}"
     message = Reason.QUEUED.message(stage=stage.value, queue=child.queue, why=why)
     # The first reconcile after creation usually comes before Kueue's Workload: shown, but
     # announced (an event) only once Kueue has said why the child waits.
     draft.set_condition(
         ConditionType.ADMITTED, ConditionStatus.FALSE, Reason.QUEUED, message,
-        announce=workload is not None,
+        announce=workload is not None or not_served is not None,
     )  # fmt: skip
     if workload is None or workload.active:
         draft.status.progress = f"{stage.value} queued"

@@ -60,6 +60,7 @@ from dflash_operator.plan.requests import (
     parse_approvals,
     parse_retry,
 )
+from dflash_operator.plan.result_checks import record_finished
 from dflash_operator.plan.retry import apply_retry
 from dflash_operator.plan.stage_inputs import (
     changed_inputs,
@@ -306,6 +307,8 @@ def _step(
         return False
     name = child_name(ctx.run.name, stage, attempt)
     child = observed.child(kind, name)
+    if child and stage == Stage.TRAIN and record_training_audit(draft, attempt, child, observed):
+        return False  # the likelihood monitor stopped training (plan/training_audit.py)
     if (
         child is not None
         and not child.finished.done
@@ -340,14 +343,7 @@ def _step(
             draft.act(SetDeadline(kind, name, seconds))
         references.mark_unfinished(ctx, draft, stage, attempt, child, observed)
         return False
-    if child.finished.ok and stage == Stage.TRAIN and record_training_audit(draft, attempt, pods):
-        return False  # the likelihood monitor stopped training (plan/training_audit.py)
-    if child.finished.ok and stage not in STAGE_GATES:
-        return outcomes.record_success(ctx, draft, stage, attempt, child, pods)
-    if stage in STAGE_GATES:
-        return outcomes.record_audit(ctx, draft, stage, attempt, child, pods)
-    outcomes.record_failure(ctx, draft, stage, attempt, child, pods)
-    return False
+    return record_finished(ctx, draft, stage, attempt, child, pods)
 
 
 def _start(

@@ -3,17 +3,25 @@ ServiceAccount, a ConfigMap, a Secret), and what the run says while one is missi
 
 Without this, a missing object is silent: a Job whose pods name an unknown PriorityClass or
 ServiceAccount never gets a pod, Kueue cannot make a Workload for it (it only logs why), and a
-pod whose Secret is missing waits in CreateContainerConfigError. The run would show its stage
+pod whose Secret is missing waits in CreateContainerConfigError (an env reference) or in
+ContainerCreating with FailedMount events (a volume, e.g. the CA bundle). The run would show its stage
 running, forever. Instead:
 
 - Before a stage's child is created, the operator looks up the PriorityClass, the LocalQueue,
   the ServiceAccount and the CA ConfigMap it names (`build_references`, then `CreateChild.
   requires`); a missing one keeps the child from being created.
 - Secrets are never read (the operator has no right on them, not even `get`, which would return
-  their values): a missing Secret, or a missing key in one, is known from the kubelet's
-  CreateContainerConfigError on the first pod that needs it (`missing_from_pods`).
+  their values): a missing Secret, or a missing key in one, is known from the kubelet on the
+  first pod that needs it (`missing_from_pods`): its CreateContainerConfigError for env
+  references, its FailedMount events for volumes (the observer reads those of a pod waiting in
+  ContainerCreating; events are not watched, so such a pod is looked at again every
+  `CREATING_RECHECK_SECONDS`).
 - A queued child that Kueue has made no Workload for has its references looked up again
   (`LookUp`), so that the run names what Kueue only writes to its log.
+
+A 404 means "missing" only when API discovery says the cluster serves the kind: a LocalQueue
+of a cluster without Kueue (or with another version of its API) is named as an API that is not
+served, in the Admitted condition, never ObjectMissing (`runtime/executor.py`).
 
 Each gives the stage's condition reason ObjectMissing naming the object and the field (one
 Warning event), and the run goes on by itself once the object exists: lookups are repeated
@@ -37,7 +45,7 @@ from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.plan import outcomes
 from dflash_operator.plan.actions import LookUp
 from dflash_operator.plan.draft import Draft
-from dflash_operator.plan.observed import ChildView, ObjectRef, Observed, PodView
+from dflash_operator.plan.observed import ChildView, ObjectRef, Observed, PodView, WorkloadView
 from dflash_operator.plan.stages import StageContext, pod_context, stage_queue
 
 # The kinds the operator looks up by name (its RBAC: `get` on each); Secrets are not among them.
@@ -46,6 +54,19 @@ CLUSTER_SCOPED_KINDS = frozenset({"PriorityClass"})
 # The kubelet's words for a missing Secret / ConfigMap / key (pkg/kubelet/kubelet_pods.go).
 _NOT_FOUND = re.compile(r'\b(secret|configmap) "([^"]+)" not found', re.IGNORECASE)
 _NO_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
+# ...and for a volume it cannot set up: a FailedMount event per volume (generateVolumeMsg in
+# pkg/volume/util/operationexecutor), whose cause is the volume plugin's error: the object's
+# 'secret "x" not found', or MakePayload's missing key, which names only the key.
+_MOUNT = re.compile(r'^MountVolume\.SetUp failed for volume "([^"]+)" : (.*)$', re.DOTALL)
+_MOUNT_NO_KEY = re.compile(
+    r"(?:configmap references non-existent config key|references non-existent secret key): (\S+)"
+)
+CONFIG_ERROR = "CreateContainerConfigError"
+# Kueue's message on a Workload whose LocalQueue it does not know.
+KUEUE_NO_QUEUE = "LocalQueue {queue} doesn't exist"
+# A pod waiting in ContainerCreating is looked at again this often: the FailedMount events
+# that say why are not watched (they have no label of ours), only listed.
+CREATING_RECHECK_SECONDS = 10.0
 
 
 def build_references(ctx: StageContext, stage: Stage) -> tuple[ObjectRef, ...]:
@@ -93,24 +114,52 @@ def secret_fields(spec: DFlashRunSpec) -> dict[tuple[str, str], str]:
     return fields
 
 
-def missing_from_pods(spec: DFlashRunSpec, pods: Sequence[PodView]) -> tuple[ObjectRef, str] | None:
-    """A Secret or ConfigMap (or a key of one) a pod waits for, from the kubelet's message,
-    with the pod's name; None when no pod waits for one."""
+def missing_from_pods(
+    spec: DFlashRunSpec, pods: Sequence[PodView]
+) -> tuple[ObjectRef, str, str] | None:
+    """A Secret or ConfigMap (or a key of one) a pod waits for, from the kubelet's words,
+    with the pod's name and what the kubelet said it in; None when no pod waits for one."""
     fields = secret_fields(spec)
     for pod in sorted(pods, key=lambda p: p.name):
-        message = pod.waiting_message or ""
-        if pod.waiting_reason != "CreateContainerConfigError" or not message:
+        found = _from_config_error(pod) or _from_failed_mount(pod)
+        if found is not None:
+            kind, name, key, source = found
+            field = fields.get((kind, name), "the stage's pod template")
+            return ObjectRef(kind, name, field, key), pod.name, source
+    return None
+
+
+def _from_config_error(pod: PodView) -> tuple[str, str, str | None, str] | None:
+    """(kind, name, key, source) from the kubelet's CreateContainerConfigError (env)."""
+    message = pod.waiting_message or ""
+    if pod.waiting_reason != CONFIG_ERROR or not message:
+        return None
+    if found := _NO_KEY.search(message):
+        kind = "ConfigMap" if found.group(2) == "ConfigMap" else "Secret"
+        return kind, found.group(3), found.group(1), CONFIG_ERROR
+    if found := _NOT_FOUND.search(message):
+        kind = "ConfigMap" if found.group(1).lower() == "configmap" else "Secret"
+        return kind, found.group(2), None, CONFIG_ERROR
+    return None
+
+
+def _from_failed_mount(pod: PodView) -> tuple[str, str, str | None, str] | None:
+    """(kind, name, key, source) from the kubelet's FailedMount events (volumes); the
+    latest event that names a missing object or key wins."""
+    if not pod.is_creating:
+        return None
+    volumes = {volume: (kind, name) for volume, kind, name in pod.volumes}
+    for message in reversed(pod.mount_failures):
+        mount = _MOUNT.match(message)
+        if mount is None:
             continue
-        if found := _NO_KEY.search(message):
-            key, kind, name = found.group(1), found.group(2), found.group(3)
-            kind = "ConfigMap" if kind == "ConfigMap" else "Secret"
-        elif found := _NOT_FOUND.search(message):
-            key, name = None, found.group(2)
+        volume, cause = mount.group(1), mount.group(2)
+        if found := _NOT_FOUND.search(cause):
             kind = "ConfigMap" if found.group(1).lower() == "configmap" else "Secret"
-        else:
-            continue
-        field = fields.get((kind, name), "the stage's pod template")
-        return ObjectRef(kind, name, field, key), pod.name
+            return kind, found.group(2), None, "FailedMount"
+        if (found := _MOUNT_NO_KEY.search(cause)) and volume in volumes:
+            kind, name = volumes[volume]
+            return kind, name, found.group(1), "FailedMount"
     return None
 
 
@@ -138,23 +187,37 @@ def mark_missing(
 def mark_waiting_pods(
     ctx: StageContext, draft: Draft, stage: Stage, pods: Sequence[PodView]
 ) -> bool:
-    """A pod of the stage waits for a missing Secret or ConfigMap: say so; True if one does."""
+    """A pod of the stage waits for a missing Secret or ConfigMap: say so; True if one does.
+    A pod waiting in ContainerCreating is looked at again soon (its events are not watched)."""
+    if any(pod.is_creating for pod in pods):
+        draft.requeue(CREATING_RECHECK_SECONDS)
     found = missing_from_pods(ctx.spec, pods)
     if found is None:
         return False
-    ref, pod = found
-    seen = f" (the kubelet's CreateContainerConfigError on pod {pod})"
+    ref, pod, source = found
+    said = "FailedMount event" if source == "FailedMount" else source
+    seen = f" (the kubelet's {said} on pod {pod})"
     mark_missing(draft, stage, [ref], ctx.run.namespace, seen)
     return True
+
+
+def is_queue_unknown_to_kueue(child: ChildView, workload: WorkloadView | None) -> bool:
+    """Kueue made the child's Workload but says its LocalQueue does not exist (its words,
+    pkg/controller/core/workload_controller.go): missing, or an API Kueue cannot read."""
+    return workload is not None and workload.message == KUEUE_NO_QUEUE.format(queue=child.queue)
 
 
 def check_queued(
     ctx: StageContext, draft: Draft, stage: Stage, child: ChildView, observed: Observed
 ) -> tuple[ObjectRef, ...]:
-    """A queued child Kueue has made no Workload for: look its references up (once per pass)
-    and return those that are missing, which is why Kueue cannot make one."""
+    """A queued child Kueue has made no Workload for, or whose LocalQueue Kueue says does not
+    exist: look its references up (once per pass) and return those that are missing, which
+    is why Kueue cannot admit it. (An API that is not served is `Observed.not_served`.)"""
     refs = build_references(ctx, stage)
-    if not child.queue or not refs or observed.workload_of(child) is not None:
+    workload = observed.workload_of(child)
+    if not child.queue or not refs:
+        return ()
+    if workload is not None and not is_queue_unknown_to_kueue(child, workload):
         return ()
     if not observed.looked_up(refs):
         draft.act(LookUp(refs))
@@ -178,9 +241,12 @@ def mark_unfinished(
     if not missing and not waiting:
         outcomes.mark_running(ctx, draft, stage, attempt, child, pods)
     if child.queue:
-        outcomes.mark_queue(draft, stage, child, observed.workload_of(child))
+        unserved = observed.not_served(build_references(ctx, stage))
+        outcomes.mark_queue(draft, stage, child, observed.workload_of(child), unserved)
     elif draft.condition(ConditionType.ADMITTED) is not None:
         draft.remove_condition(ConditionType.ADMITTED)
     if missing:
         seen = f"; Kueue cannot make a Workload for {child.kind} {child.name} without it"
+        if observed.workload_of(child) is not None:
+            seen = f"; Kueue cannot admit {child.kind} {child.name} without it"
         mark_missing(draft, stage, missing, ctx.run.namespace, seen)

@@ -10,7 +10,12 @@ from dflash_operator.plan.stages import STAGE_GATES
 
 # Reasons of a stage condition that mean the stage failed for good (until a retry).
 _FAILED_REASONS = frozenset(
-    {Reason.STAGE_FAILED.value, Reason.RETRIES_EXHAUSTED.value, Reason.CHILD_CREATE_FAILED.value}
+    {
+        Reason.STAGE_FAILED.value,
+        Reason.RETRIES_EXHAUSTED.value,
+        Reason.CHILD_CREATE_FAILED.value,
+        Reason.STAGE_RESULT_UNREADABLE.value,
+    }
 )
 # Reasons of a stage stopped by a gate that runs inside it (the training likelihood monitor).
 _BLOCKED_REASONS = frozenset({Reason.TRAINING_AUDIT_FAILED.value})

@@ -25,7 +25,7 @@ from dflash_operator.plan.actions import (
 )
 from dflash_operator.plan.observed import ChildView, CreateFailure, Lookup, ObjectRef
 from dflash_operator.runtime.faults import fault_point
-from dflash_operator.runtime.kube import Kube, KubeError
+from dflash_operator.runtime.kube import Kube, KubeError, describe_not_served
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +98,24 @@ class Executor:
         return outcome
 
     def _look_up(self, namespace: str, refs: Iterable[ObjectRef]) -> list[Lookup]:
-        """Whether each object exists: a GET by name. A 403 (an older chart's RBAC) or any
-        other failure leaves it unknown (never reported missing, never blocking)."""
+        """Whether each object exists: a GET by name. A 404 is "missing" only when discovery
+        says the cluster serves the API; an API it does not serve is named instead. A 403 (an
+        older chart's RBAC) or any other failure leaves it unknown (never reported missing,
+        never blocking)."""
         found = []
         for ref in refs:
+            unserved = None
             try:
                 exists: bool | None = self.kube.get(ref.kind, namespace, ref.name) is not None
+                if not exists:
+                    served = self.kube.serves(ref.kind)
+                    exists = False if served else None
+                    if served is False:
+                        unserved = describe_not_served(ref.kind)
             except KubeError as error:
                 log.debug("could not look up %s %s: %s", ref.kind, ref.name, error)
                 exists = None
-            found.append(Lookup(ref, exists))
+            found.append(Lookup(ref, exists, unserved))
         return found
 
     def _adopt(self, kind: str, namespace: str, name: str, run_uid: str) -> dict[str, Any]:

@@ -66,6 +66,13 @@ RESOURCES: dict[str, Resource] = {
     "Lease": Resource("coordination.k8s.io", "v1", "leases"),
 }
 
+# Who serves the kinds that come from add-ons: named when the cluster does not serve them.
+PROVIDERS: dict[str, str] = {
+    "LocalQueue": "Kueue LocalQueue {version} is not served: install Kueue >= 0.15",
+    "Workload": "Kueue Workload {version} is not served: install Kueue >= 0.15",
+    "PyTorchJob": "PyTorchJob {version} is not served: install the Kubeflow training-operator",
+}
+
 
 class RunIdentity(Protocol):
     @property
@@ -96,6 +103,14 @@ def status_patch_ops(
         ops.append({"op": "remove", "path": path} if value is None else
                    {"op": "add", "path": path, "value": value})  # fmt: skip
     return ops
+
+
+def describe_not_served(kind: str) -> str:
+    """'Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15 (...)'."""
+    resource = RESOURCES[kind]
+    api = f"{resource.group}/{resource.version} {resource.plural}"
+    text = PROVIDERS.get(kind, f"{kind} {{version}} is not served").format(version=resource.version)
+    return f"{text} (the operator uses {api}; this cluster does not serve it)"
 
 
 class KubeError(Exception):
@@ -193,6 +208,19 @@ class Kube:
                 return None
             raise
 
+    def serves(self, kind: str) -> bool | None:
+        """Whether the cluster serves `kind`'s group/version and resource (API discovery);
+        None when discovery itself fails (unknown, never a verdict)."""
+        resource = RESOURCES[kind]
+        if not resource.group:
+            return True
+        try:
+            found = self.request("GET", f"/apis/{resource.group}/{resource.version}")
+        except KubeError as error:
+            return False if error.not_found else None
+        names = {str(r.get("name")) for r in found.get("resources") or [] if isinstance(r, dict)}
+        return resource.plural in names
+
     def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         kind = str(manifest["kind"])
         namespace = str(manifest["metadata"]["namespace"])
@@ -218,9 +246,14 @@ class Kube:
             if not error.not_found:
                 raise
 
-    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:
         path = RESOURCES[kind].path(namespace)
-        answer = self.request("GET", path, query={"labelSelector": label_selector}, kind=kind)
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        answer = self.request("GET", path, query=query, kind=kind)
         items: list[dict[str, Any]] = answer.get("items") or []
         for item in items:
             # Lists leave kind/apiVersion out of their items.

@@ -6,6 +6,7 @@ pods' results have not reached the index yet (watch streams are not ordered acro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from dflash_operator.api.constants import (
@@ -29,6 +30,8 @@ CHILD_INDEXES = ("dflash_jobs", "dflash_pytorchjobs", "dflash_configmaps")
 POD_INDEX = "dflash_pods"
 # Iterating an index while kopf's event loop updates it may raise; a few tries suffice.
 SNAPSHOT_TRIES = 5
+# The kubelet's events for a volume it cannot set up (a missing Secret, ConfigMap or key).
+MOUNT_FAILURES = "involvedObject.kind=Pod,reason=FailedMount"
 _IN_PROGRESS = frozenset({Reason.STAGE_RUNNING.value, Reason.RETRY_REQUESTED.value})
 
 
@@ -62,6 +65,11 @@ def _pods_missing(
     return False
 
 
+def _last_seen(event: Mapping[str, Any]) -> str:
+    """Events in the order they were last seen (RFC 3339 times sort as strings)."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
 class Observer:
     """Builds `Observed` for a run from the indexes (and, rarely, one pod listing)."""
 
@@ -83,8 +91,34 @@ class Observer:
             selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run}"
             listed = (summarize_pod(body) for body in self.kube.list("Pod", namespace, selector))
             pods = [pod for pod in listed if pod is not None]
+        pods = self._mount_failures(namespace, pods)
         workloads = self._workloads(namespace, children)
         return Observed(children=tuple(children), pods=tuple(pods), workloads=workloads)
+
+    def _mount_failures(self, namespace: str, pods: list[PodView]) -> list[PodView]:
+        """The kubelet's FailedMount events of the pods waiting in ContainerCreating: one
+        list request, only while one waits. A missing Secret volume is known only from them
+        (the pod says no more than ContainerCreating). No right to read events (an older
+        chart's RBAC): none."""
+        if not any(pod.is_creating for pod in pods):
+            return pods
+        try:
+            events = self.kube.list("Event", namespace, field_selector=MOUNT_FAILURES)
+        except KubeError as error:
+            if error.status == 403:
+                return pods
+            raise
+        messages: dict[str, list[str]] = {}
+        for event in sorted(events, key=_last_seen):
+            uid = str((event.get("involvedObject") or {}).get("uid") or "")
+            message = str(event.get("message") or "")
+            if uid and message and message not in messages.setdefault(uid, []):
+                messages[uid].append(message)
+        return [
+            replace(pod, mount_failures=tuple(messages[pod.uid]))
+            if pod.is_creating and messages.get(pod.uid) else pod
+            for pod in pods
+        ]  # fmt: skip
 
     def _workloads(self, namespace: str, children: list[ChildView]) -> tuple[WorkloadView, ...]:
         """Kueue's Workloads of the unfinished queued children: one list request, only while

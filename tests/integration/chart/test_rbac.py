@@ -32,7 +32,8 @@ OPERATOR_RIGHTS = {
     "serviceaccounts": {"get", "create"},
     "roles.rbac.authorization.k8s.io": {"get", "create"},
     "rolebindings.rbac.authorization.k8s.io": {"get", "create"},
-    "events": {"create", "patch"},
+    # events: list reads the kubelet's FailedMount events of a pod waiting in ContainerCreating.
+    "events": {"list", "create", "patch"},
     # kopf follows CRDs (the PyTorchJob watch starts when its CRD appears, no restart) and
     # namespaces (one watched by name that is created later).
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},

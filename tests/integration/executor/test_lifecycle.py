@@ -68,7 +68,8 @@ def test_a_pod_ignoring_sigterm_is_killed_after_its_grace_period(
     pod = executor.pod("stubborn", ["python", "-c", STUBBORN], terminationGracePeriodSeconds=2)
     executor.apply(namespace, pod)
     executor.wait_phase(namespace, "stubborn", "Running")
-    wait_log(executor, namespace, "stubborn", "ready")
+    # "ready " with its space: the start marker line quotes the script, which says "ready",
+    wait_log(executor, namespace, "stubborn", "ready ")
     pid = int(executor.logs(namespace, "stubborn").split("ready ")[1].split()[0])
     start = time.monotonic()
     executor.cluster.kubectl("delete", "pod", "stubborn", "-n", namespace, "--wait=false")

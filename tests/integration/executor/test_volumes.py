@@ -4,8 +4,10 @@ and env are rewritten to them, so configMap, secret and emptyDir mounts work as 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dflash_dev.executor.testing import LocalExecutor, container_state
+from dflash_dev.kube_wait import get_json, wait_for
 
 USE_VOLUMES = """
 import json, os, pathlib, sys
@@ -124,3 +126,71 @@ def test_a_script_mounted_from_a_configmap_runs_as_the_command(
     done = executor.wait_phase(namespace, "script", "Succeeded", "Failed")
     assert done["status"]["phase"] == "Succeeded", executor.describe(namespace, "script")
     assert container_state(done)["terminated"]["message"].endswith("/volumes/scripts/run.sh\n")
+
+
+def _mount_events(executor: LocalExecutor, namespace: str, pod: str) -> dict[str, int]:
+    """FailedMount Warning events of the pod: message -> count."""
+    items = get_json(
+        executor.cluster, "events", "-n", namespace, "--field-selector",
+        f"involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedMount",
+    )["items"]  # fmt: skip
+    return {e["message"]: int(e.get("count") or 1) for e in items if e["type"] == "Warning"}
+
+
+def test_a_missing_secret_volume_and_config_map_key_are_failed_mounts_as_on_a_kubelet(
+    executor: LocalExecutor, namespace: str
+) -> None:
+    """kubelet 1.36 sets volumes up before it resolves env: a Secret volume whose Secret is
+    missing, or a ConfigMap volume whose listed key is missing, is a FailedMount event per
+    volume (`MountVolume.SetUp failed for volume "v" : <the plugin's error>`) and a pod
+    Pending with its container in ContainerCreating, never CreateContainerConfigError, even
+    when an env reference is missing too. Retried: the pod starts once both exist."""
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings"},
+        "data": {"other": "x"},
+    }
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "token"}}}]
+    pod = executor.pod(
+        "mounts",
+        ["python", "-c", "print(open('/ca/ca.crt').read(), open('/cfg/mode').read())"],
+        volumes=[
+            {"name": "ca", "secret": {"secretName": "later", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"name": "cfg", "configMap": {"name": "settings", "items": [{"key": "mode", "path": "mode"}]}},
+        ],
+        container={
+            "env": env,
+            "volumeMounts": [{"name": "ca", "mountPath": "/ca"}, {"name": "cfg", "mountPath": "/cfg"}],
+        },
+    )  # fmt: skip
+    executor.apply(namespace, config, pod)
+
+    expected = {
+        'MountVolume.SetUp failed for volume "ca" : secret "later" not found',
+        'MountVolume.SetUp failed for volume "cfg" : '
+        "configmap references non-existent config key: mode",
+    }
+    wait_for(
+        "both FailedMount events",
+        lambda: set(_mount_events(executor, namespace, "mounts")) == expected,
+    )
+    stuck = executor.get_pod(namespace, "mounts")
+    assert stuck["status"]["phase"] == "Pending"
+    assert container_state(stuck) == {"waiting": {"reason": "ContainerCreating"}}
+    assert "podIP" not in stuck["status"]  # kubelet makes no sandbox before the volumes
+    conditions = {c["type"]: c["status"] for c in stuck["status"]["conditions"]}
+    assert conditions["PodReadyToStartContainers"] == "False"
+    # kubelet posts them again at each retry of the mount: the events' count grows.
+    wait_for(
+        "a repeated FailedMount",
+        lambda: max(_mount_events(executor, namespace, "mounts").values()) > 1,
+    )
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "later"},
+              "stringData": {"ca.crt": "CERT", "token": "abc"}}  # fmt: skip
+    config["data"]["mode"] = "strict"
+    executor.apply(namespace, secret, config)
+    done = executor.wait_phase(namespace, "mounts", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded", executor.describe(namespace, "mounts")
+    assert "CERT strict" in executor.logs(namespace, "mounts")

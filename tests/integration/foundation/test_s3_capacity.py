@@ -8,10 +8,13 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from dflash_dev import s3capacity, s3server
 from dflash_dev.demo import assets
+from dflash_dev.demo.private_s3 import PrivateS3
 from dflash_dev.pytest_plugin import FULL_S3_NAME
 
 # Settles within two heartbeats of the volume server.
@@ -93,3 +96,36 @@ def test_a_stopped_server_is_named_as_not_running(full_s3: s3server.S3Info) -> N
     line = s3server.explain_failure(full_s3, refused.value.what, refused.value.cause, FULL_S3_NAME)
     assert f"the S3 server at {full_s3.endpoint_url} is not running" in line
     assert "`make s3-down s3-up`" in line and "\n" not in line
+
+
+def test_a_wrong_key_after_a_refused_write_is_named_as_what_the_server_answered(
+    full_s3: s3server.S3Info,
+) -> None:
+    """The log keeps its "No writable volumes" line after a refusal: a later failure that is
+    not a refused write (here a wrong secret key) is not blamed on it."""
+    with pytest.raises(assets.UploadError):
+        assets.upload_sources(full_s3.client(), assets.build_prompt_sources(2), full_s3.bucket)
+    assert s3server.refusal(full_s3, FULL_S3_NAME) is not None  # the line is in the log
+
+    wrong = replace(full_s3, secret_key=full_s3.secret_key + "x")
+    with pytest.raises(assets.UploadError) as failed:
+        assets.upload_sources(wrong.client(), assets.build_prompt_sources(2), full_s3.bucket)
+    line = s3server.explain_failure(wrong, failed.value.what, failed.value.cause, FULL_S3_NAME)
+    assert "no writable volumes" not in line and "refused the write" not in line, line
+    assert f"the S3 server at {full_s3.endpoint_url} answered:" in line
+    assert "SignatureDoesNotMatch" in line or "InvalidAccessKeyId" in line or "403" in line, line
+
+
+def test_the_private_server_of_the_resilience_tests_is_sized_and_checked_like_the_main_one(
+    tmp_path: Path,
+) -> None:
+    """demo/private_s3.py starts `weed mini` the way s3server.up does: 64 MiB volumes (its
+    master's own slot count is the free disk divided by 64 MiB)."""
+    private = PrivateS3(tmp_path / "s3").start()
+    try:
+        topology = s3server.topology(private.info)
+        assert topology is not None
+        expected = s3capacity.slots(shutil.disk_usage(private.info.data_dir).free)
+        assert 0.95 * expected - 2 <= topology.max_slots <= 1.05 * expected + 2, topology
+    finally:
+        private.stop()

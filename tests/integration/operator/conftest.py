@@ -311,17 +311,28 @@ def harness(
         print(f"--- {process.log_path.name}\n{process.log_tail(60)}")
 
 
-PYTORCHJOB_CRD = "customresourcedefinition/pytorchjobs.kubeflow.org"
-
-
 def serve_pytorchjobs(cluster: ClusterHandle, served: bool) -> None:
     """Take the PyTorchJob API away (served: false) or give it back, as an uninstalled or
     reinstalled training-operator would, and wait until the API server agrees."""
-    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
-    cluster.kubectl("patch", PYTORCHJOB_CRD, "--type=json", "-p", json.dumps(patch))
+    serve_crd_version(cluster, "pytorchjobs.kubeflow.org", "v1", served)
+
+
+def serve_crd_version(cluster: ClusterHandle, crd: str, version: str, served: bool) -> None:
+    """Mark one version of a CRD served or not (what a cluster without that API, or with
+    another release of it, shows: a 404 on the resource at that version, and API discovery
+    without it), and wait until the API server agrees. Nothing stored is lost."""
+    found = get_json(cluster, f"customresourcedefinition/{crd}")
+    names = [v["name"] for v in found["spec"]["versions"]]
+    assert version in names, f"CRD {crd} has no version {version} (it has {names})"
+    index = names.index(version)
+    patch = [{"op": "replace", "path": f"/spec/versions/{index}/served", "value": served}]
+    cluster.kubectl(
+        "patch", f"customresourcedefinition/{crd}", "--type=json", "-p", json.dumps(patch)
+    )
+    plural, _, group = crd.partition(".")
 
     def settled() -> bool:
-        listed = cluster.kubectl("get", "pytorchjobs", "-A", check=False)
+        listed = cluster.kubectl("get", f"{plural}.{version}.{group}", "-A", check=False)
         return (listed.returncode == 0) == served
 
-    wait_for(f"the PyTorchJob API to be {'served' if served else 'gone'}", settled)
+    wait_for(f"{crd} {version} to be {'served' if served else 'gone'}", settled)

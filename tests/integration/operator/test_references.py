@@ -16,10 +16,11 @@ import pytest
 import yaml
 from dflash_dev.kube_wait import wait_for
 
-from .conftest import imported_spec
+from .conftest import imported_spec, serve_crd_version
 
 # Another retry of the creation (10 s) and two resyncs (5 s) while the object is missing.
 QUIET_SECONDS = 12
+LOCAL_QUEUE_CRD = "localqueues.kueue.x-k8s.io"
 
 
 @pytest.fixture
@@ -147,3 +148,46 @@ def test_a_run_naming_a_missing_queue_and_account_names_both_and_goes_on_once_th
     (pod,) = harness.running_pods("r1-score", 1)
     assert pod["spec"]["serviceAccountName"] == "s3-reader"
     assert warning_reasons(harness, "r1") == ["ObjectMissing"]
+
+
+@pytest.fixture
+def no_local_queue_api(cluster: Any) -> Iterator[None]:
+    """The cluster stops serving Kueue's LocalQueue at v1beta2 (the version the operator looks
+    queues up at), as on a cluster without Kueue >= 0.15; served again afterwards."""
+    serve_crd_version(cluster, LOCAL_QUEUE_CRD, "v1beta2", False)
+    try:
+        yield
+    finally:
+        serve_crd_version(cluster, LOCAL_QUEUE_CRD, "v1beta2", True)
+
+
+def test_a_queue_on_a_cluster_that_does_not_serve_the_local_queue_api_names_the_api_and_never_blocks(
+    harness: Any, make_spec: Any, no_local_queue_api: None
+) -> None:
+    """A 404 on the LocalQueue lookup is "not served" here, not "missing": API discovery says
+    so. The run's Admitted condition names the API and what to install, the stage's child is
+    created (queued, never held back), and nothing is ever ObjectMissing."""
+    harness.start_operator()
+    harness.apply_run("r1", score_first(make_spec, queueName="team"))
+
+    try:
+        admitted = wait_for(
+            "Admitted to name the API",
+            lambda: (
+                (c := harness.condition("r1", "Admitted")) and "is not served" in c["message"] and c
+            ),
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {harness.status('r1').get('conditions')}") from None
+    assert admitted["status"] == "False"
+    assert "Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15" in admitted["message"]
+    assert harness.names("jobs") == ["r1-score"]  # created, not blocked
+    time.sleep(QUIET_SECONDS)  # retries and resyncs: it stays so
+    scored = harness.condition("r1", "LikelihoodScored")
+    assert scored is not None and scored["reason"] != "ObjectMissing", scored
+    assert "ObjectMissing" not in warning_reasons(harness, "r1")
+    assert harness.names("jobs") == ["r1-score"]
+    # Also once Kueue has made the Workload (it says "LocalQueue team doesn't exist"): the
+    # condition still names the API.
+    admitted = harness.condition("r1", "Admitted")
+    assert admitted is not None and "is not served" in admitted["message"], admitted

@@ -3,6 +3,8 @@ the lines SeaweedFS 4.48 really logs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from dflash_dev import s3capacity
 from dflash_dev.s3capacity import GIB, MIB, Disk, Topology
@@ -67,3 +69,68 @@ def test_a_disk_too_small_or_too_full_is_refused_before_the_start(
     else:
         assert problem is not None and expected in problem
         assert "DFLASH_STATE_DIR" in problem
+
+
+def _client_error(code: str, status: int) -> Exception:
+    from botocore.exceptions import ClientError
+
+    response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, "PutObject")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "blamed"),
+    [
+        ("InternalError", 500, True),  # what SeaweedFS answers a write it has no volume for
+        ("ServiceUnavailable", 503, True),
+        ("SignatureDoesNotMatch", 403, False),  # a wrong key
+        ("InvalidAccessKeyId", 403, False),
+        ("NoSuchBucket", 404, False),
+    ],
+)
+def test_only_a_server_side_failure_is_explained_by_the_servers_refusal(
+    code: str, status: int, blamed: bool
+) -> None:
+    from boto3.exceptions import S3UploadFailedError
+    from dflash_dev import s3server
+    from dflash_trainer.storage import s3_error
+
+    error = _client_error(code, status)
+    assert s3server.is_server_failure(error) is blamed
+    try:  # boto3's upload wraps the answer, as the demo's uploads see it
+        raise S3UploadFailedError(f"Failed to upload x to b/k: {error}") from error
+    except S3UploadFailedError as wrapped:
+        assert s3server.is_server_failure(wrapped) is blamed
+    # ...and a failed stage says it in its one line, which the demo reads from the run.
+    line = str(s3_error("s3://b/k", "writing", error, "http://127.0.0.1:9000"))
+    assert s3server.is_server_failure_text(line) is blamed, line
+    assert s3server.is_server_failure(ConnectionError("refused")) is False
+
+
+def test_the_private_server_starts_sized_and_disk_checked_like_the_main_one(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dflash_dev import s3server
+    from dflash_dev.demo.private_s3 import PrivateS3
+    from dflash_dev.errors import DevError
+
+    private = PrivateS3(tmp_path / "s3")
+    argv = private.build_argv()
+    assert f"-master.volumeSizeLimitMB={s3capacity.VOLUME_SIZE_MB}" in argv
+    assert argv == s3server.build_mini_argv(tmp_path / "s3" / "data", private.ports, "dflash")
+    env = s3server.build_mini_env("a", "b")
+    assert env["WEED_MASTER_VOLUME_GROWTH_COPY_1"] == str(s3capacity.GROWTH_PER_COLLECTION)
+
+    # A disk with 0.5 GiB free: refused before any process starts, naming the folder.
+    monkeypatch.setattr(
+        s3server.shutil, "disk_usage", lambda _p: shutil_usage(int(0.5 * GIB), 100 * GIB)
+    )
+    with pytest.raises(DevError, match=r"the S3 data folder .*s3/data has 0\.5 GiB free"):
+        private.start()
+    assert not (tmp_path / "s3" / "logs").exists()  # no process was started
+
+
+def shutil_usage(free: int, total: int) -> Any:
+    import shutil
+
+    return shutil._ntuple_diskusage(total, total - free, free)  # type: ignore[attr-defined]

@@ -39,6 +39,7 @@ from dflash_operator.plan.observed import (
 from dflash_operator.plan.planner import PlanInput, plan
 from dflash_operator.plan.stages import PlanSettings
 from dflash_operator.pools import PoolsConfig, parse_pools
+from dflash_operator.runtime.kube import describe_not_served
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 RUN_UID = "0b6c1a0e-0000-4000-8000-000000000001"
@@ -163,6 +164,7 @@ class Sim:
         # PriorityClass does to it).
         self.absent: set[tuple[str, str]] = set()
         self.lookups: list[Lookup] = []
+        self.not_served: set[str] = set()  # kinds whose API the cluster does not serve
         self.kueue_blocked = False
 
     # --- the world ---------------------------------------------------------------------------
@@ -202,7 +204,12 @@ class Sim:
         raise KeyError(name)
 
     def _look_up(self, refs: tuple[Any, ...]) -> list[Lookup]:
-        found = [Lookup(ref, (ref.kind, ref.name) not in self.absent) for ref in refs]
+        found = [
+            Lookup(ref, None, describe_not_served(ref.kind))
+            if ref.kind in self.not_served
+            else Lookup(ref, (ref.kind, ref.name) not in self.absent)
+            for ref in refs
+        ]
         self.lookups.extend(found)
         return found
 
@@ -214,7 +221,8 @@ class Sim:
                 self._look_up(action.refs)
                 continue
             if isinstance(action, CreateChild) and action.requires:
-                missing = tuple(lk.ref for lk in self._look_up(action.requires) if not lk.exists)
+                found = self._look_up(action.requires)
+                missing = tuple(lk.ref for lk in found if lk.exists is False)
                 if missing:
                     self.failures.append(
                         CreateFailure(action.kind, action.name, "missing", missing=missing)

@@ -188,7 +188,7 @@ def test_finished_children_are_deleted_once_the_ttl_expires(
     sim: Callable[..., Any], make_spec: Callable[..., Any]
 ) -> None:
     world = training(sim, spec=make_spec(ttlSecondsAfterFinished=600))
-    world.finish("r1-train", result={}, pods=2)
+    world.finish("r1-train", result={"finalUri": "s3://a/final"}, pods=2)
     world.settle()
     world.finish("r1-eval", result={"acceptanceLength": 5.0})
     world.settle()

@@ -162,6 +162,89 @@ def test_the_kubelets_words_for_a_missing_secret_key_or_config_map_are_understoo
     assert missing_from_pods(spec, [replace(pod("boom"), waiting_reason="ErrImagePull")]) is None
 
 
+def test_a_pod_waiting_in_container_creating_names_its_missing_ca_secret_from_failed_mounts(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """A Secret volume (the CA bundle) that does not exist: a kubelet leaves the pod in
+    ContainerCreating, with no message, and says why only in FailedMount events. The run
+    names the Secret and its field from them, and looks again soon while the pod waits."""
+    spec = make_spec()
+    spec["storage"]["caBundle"] = {"secretName": "corp-ca"}
+    world = sim(spec=spec)
+    world.settle()
+    regen = world.child("r1-regen")
+    creating = PodView(
+        name="r1-regen-0-abcde", uid="pod-0", owner_name="r1-regen", owner_uid=regen.uid,
+        stage=regen.stage, waiting_reason="ContainerCreating",
+        volumes=(("config", "ConfigMap", "r1-config"), ("s3-ca", "Secret", "corp-ca")),
+    )  # fmt: skip
+    world.pods.append(creating)
+    plan = world.step()
+    assert world.condition("Regenerated")["reason"] == "StageRunning"  # no event read yet
+    assert plan.requeue_after is not None and plan.requeue_after <= 10
+
+    world.pods[-1] = replace(creating, mount_failures=(
+        'MountVolume.SetUp failed for volume "s3-ca" : secret "corp-ca" not found',
+    ))  # fmt: skip
+    plan = world.step()
+    regenerated = world.condition("Regenerated")
+    assert regenerated["reason"] == "ObjectMissing"
+    assert regenerated["message"].startswith(
+        "regen cannot start: Secret corp-ca (named by spec.storage.caBundle.secretName) does "
+        "not exist in namespace ml (the kubelet's FailedMount event on pod r1-regen-0-abcde)."
+    )
+    assert plan.requeue_after is not None and plan.requeue_after <= 10
+    assert [r for r, _ in warnings(world)] == ["ObjectMissing"]
+
+    world.pods[-1] = replace(creating, waiting_reason=None, phase="Running")
+    world.step()  # the Secret was created: the kubelet mounts it and starts the container
+    assert world.condition("Regenerated")["reason"] == "StageRunning"
+
+
+def test_the_kubelets_failed_mount_words_name_the_object_or_the_key_of_a_volume(
+    make_spec: Callable[..., dict[str, Any]],
+) -> None:
+    from dflash_operator.api.validation import parse_spec
+
+    raw = make_spec()
+    raw["storage"]["caBundle"] = {"secretName": "corp-ca", "key": "ca.pem"}
+    spec = parse_spec(raw)
+    volumes = (("config", "ConfigMap", "r1-config"), ("s3-ca", "Secret", "corp-ca"))
+
+    def pod(*events: str, reason: str = "ContainerCreating") -> PodView:
+        return PodView(name="p", uid="u", owner_name="j", waiting_reason=reason,
+                       volumes=volumes, mount_failures=events)  # fmt: skip
+
+    key = missing_from_pods(spec, [pod(
+        'MountVolume.SetUp failed for volume "s3-ca" : references non-existent secret key: ca.pem'
+    )])  # fmt: skip
+    assert key is not None and key[2] == "FailedMount"
+    assert describe(key[0], "ml") == (
+        "Secret corp-ca in namespace ml has no key ca.pem "
+        "(named by spec.storage.caBundle.secretName)"
+    )
+    config = missing_from_pods(spec, [pod(
+        'MountVolume.SetUp failed for volume "config" : configmap "r1-config" not found'
+    )])  # fmt: skip
+    assert config is not None and config[0] == ObjectRef(
+        "ConfigMap", "r1-config", "the stage's pod template"
+    )
+    config_key = missing_from_pods(spec, [pod(
+        'MountVolume.SetUp failed for volume "config" : '
+        "configmap references non-existent config key: train.yaml"
+    )])  # fmt: skip
+    assert config_key is not None and config_key[0].key == "train.yaml"
+    assert config_key[0].name == "r1-config"
+    # The kubelet's later summary names no object; a pod that started has no say.
+    timeout = (
+        "Unable to attach or mount volumes: unmounted volumes=[s3-ca], unattached volumes=[], "
+        "failed to process volumes=[]: timed out waiting for the condition"
+    )
+    assert missing_from_pods(spec, [pod(timeout)]) is None
+    started = pod('MountVolume.SetUp failed for volume "s3-ca" : secret "corp-ca" not found')
+    assert missing_from_pods(spec, [replace(started, waiting_reason=None, phase="Running")]) is None
+
+
 def test_a_queued_child_kueue_makes_no_workload_for_is_explained_by_its_lookups(
     sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
 ) -> None:
@@ -216,3 +299,67 @@ def test_with_nothing_missing_a_child_without_workload_says_what_to_check(
         "unable to build one (its log says why)"
     )
     assert world.condition("Trained")["reason"] == "StageRunning"
+
+
+def test_a_queue_whose_kueue_api_is_not_served_is_named_never_object_missing(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """Kueue is not installed (or serves another version): the child is created, it waits
+    suspended, and the run says which API is missing and what serves it."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.not_served = {"LocalQueue"}
+    world.kueue_blocked = True
+    world.step()
+    world.settle()
+
+    assert "r1-regen" in world.created
+    reasons = {c["reason"] for c in world.status["conditions"]}
+    assert "ObjectMissing" not in reasons
+    admitted = world.condition("Admitted")
+    assert admitted["reason"] == "Queued"
+    assert "Kueue LocalQueue v1beta2 is not served: install Kueue >= 0.15" in admitted["message"]
+    assert "Kueue LocalQueue v1beta2 is not served" in world.status["message"]
+
+
+def test_a_workload_kueue_cannot_queue_for_an_unserved_local_queue_api_still_names_the_api(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """Kueue made the Workload but cannot read the LocalQueue API (not served at v1beta2): it
+    says "LocalQueue team-a doesn't exist". The run looks the queue up again and names the
+    API (with Kueue's words after it), never ObjectMissing."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.not_served = {"LocalQueue"}
+    world.quota_free = False
+    world.quota_message = "LocalQueue team-a doesn't exist"
+    for _ in range(4):
+        world.step()
+
+    assert any(isinstance(a, LookUp) for actions in world.actions[-2:] for a in actions)
+    admitted = world.condition("Admitted")
+    assert admitted["reason"] == "Queued"
+    assert admitted["message"] == (
+        "regen waits in Kueue LocalQueue team-a: Kueue LocalQueue v1beta2 is not served: "
+        "install Kueue >= 0.15 (the operator uses kueue.x-k8s.io/v1beta2 localqueues; this "
+        "cluster does not serve it); Kueue says: LocalQueue team-a doesn't exist"
+    )
+    assert "ObjectMissing" not in {c["reason"] for c in world.status["conditions"]}
+
+
+def test_a_workload_whose_served_local_queue_is_missing_is_object_missing(
+    sim: Callable[..., Any], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """The LocalQueue was deleted after the child was created: Kueue says so on the Workload;
+    the run looks it up and names it (ObjectMissing), as before the child was created."""
+    world = sim(spec=make_spec(queueName="team-a"))
+    world.quota_free = False
+    world.quota_message = "LocalQueue team-a doesn't exist"
+    world.step()
+    world.step()
+    assert "r1-regen" in world.created and world.workloads  # Kueue made its Workload
+    world.absent = {("LocalQueue", "team-a")}  # kubectl delete localqueue team-a
+    for _ in range(3):
+        world.step()
+    regenerated = world.condition("Regenerated")
+    assert regenerated["reason"] == "ObjectMissing", regenerated
+    assert "LocalQueue team-a (named by spec.queueName) does not exist" in regenerated["message"]
+    assert "Kueue cannot admit Job r1-regen without it" in regenerated["message"]

@@ -4,12 +4,17 @@ stays there quietly, cannot be approved, and a retry of training starts a new at
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from dflash_operator.api.annotations import AnnotationError, parse_approvals
 from dflash_operator.handlers.children import build_run_entry
 from dflash_operator.metrics import TrainingLikelihoodCollector
+from dflash_operator.plan.actions import DeleteChild
+from dflash_operator.plan.observed import PodView, Termination
 
 STOPPED = {
     "stage": "train",
@@ -122,3 +127,120 @@ def test_the_monitors_figures_reach_prometheus_per_source() -> None:
     assert samples[("dflash_training_off_distribution_rate", "web")] == 0.8333
     assert samples[("dflash_training_scored_rows", "chat")] == 52
     assert {s.labels["run"] for f in families for s in f.samples} == {"r1"}
+
+
+# --- fail closed: a result that cannot be read is never a success -------------------------------
+def full_report_of(sources: int) -> str:
+    """The old, unbounded monitor result for `sources` failing sources, as the kubelet keeps
+    it: its first 4096 bytes."""
+    names = [f"source-{i:02d}-with-a-long-descriptive-name" for i in range(sources)]
+    result = dict(STOPPED)
+    result["violations"] = [
+        {**STOPPED["violations"][0], "sources": names, "perSource": dict.fromkeys(names, 0.5)}
+    ]
+    text = json.dumps(result)
+    assert len(text.encode()) > 4096
+    return text.encode()[:4096].decode(errors="ignore")
+
+
+def with_message(world: Any, child: str, message: str) -> None:
+    """Every finished pod of `child` reports `message` as its termination message."""
+    world.pods[:] = [
+        replace(p, terminated=replace(p.terminated, message=message))
+        if p.owner_name == child and p.terminated
+        else p
+        for p in world.pods
+    ]
+
+
+def test_a_training_result_cut_at_4_kib_fails_the_run_and_never_reads_as_succeeded(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.finish_data_stages()
+    world.finish("r1-train", result=None, pods=2)
+    with_message(world, "r1-train", full_report_of(60))
+    world.settle()
+
+    assert world.status["phase"] == "Failed"
+    assert world.status.get("drafterUri") is None and "r1-eval" not in world.created
+    trained = world.condition("Trained")
+    assert (trained["status"], trained["reason"]) == ("False", "StageResultUnreadable")
+    assert (
+        "not a JSON object (4096 bytes, cut at the kubelet's 4096-byte limit)"
+        in (trained["message"])
+    )
+    assert "pod r1-train-" in trained["message"]
+    assert (world.condition("Succeeded") or {}).get("status") != "True"
+
+
+@pytest.mark.parametrize(
+    ("child", "message", "problem"),
+    [
+        ("r1-train", "", "the termination message is empty"),
+        ("r1-train", '{"stage": "train", "ok": true}', "finalUri is None"),
+        ("r1-train", '{"stage": "train", "ok": false, "finalUri": "s3://a/f"}', "ok is false"),
+        ("r1-audit-completions", "Traceback (most recent call last)", "not a JSON object"),
+        ("r1-audit-completions", '{"verdict": "maybe"}', "verdict is 'maybe'"),
+    ],
+)
+def test_a_succeeded_child_whose_result_cannot_be_used_fails_with_its_own_reason(
+    sim: Callable[..., Any], child: str, message: str, problem: str
+) -> None:
+    world = sim()
+    world.step()
+    if child == "r1-train":
+        world.finish_data_stages()
+    else:
+        world.finish("r1-regen", result={"samples": 10}, pods=4)
+        world.settle()
+    world.finish(child, result=None, pods=2 if child == "r1-train" else 1)
+    with_message(world, child, message)
+    world.settle()
+
+    assert world.status["phase"] == "Failed"
+    condition = world.condition("Trained" if child == "r1-train" else "CompletionsAudited")
+    assert (condition["status"], condition["reason"]) == ("False", "StageResultUnreadable")
+    assert problem in world.status["message"]
+    assert world.status.get("drafterUri") is None
+    if child == "r1-audit-completions":
+        assert (world.status.get("audit") or {}).get("completions") is None
+
+
+def test_an_evaluation_without_an_acceptance_length_fails_instead_of_succeeding(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.finish_data_stages()
+    world.finish("r1-train", result={"finalUri": "s3://a/final"}, pods=2)
+    world.settle()
+    world.finish("r1-eval", result={"stage": "evaluate", "ok": True})
+    world.settle()
+
+    assert world.status["phase"] == "Failed"
+    assert "acceptanceLength is None" in world.condition("Evaluated")["message"]
+
+
+def test_a_monitor_stop_seen_before_an_in_place_restart_stops_the_child_at_once(
+    sim: Callable[..., Any],
+) -> None:
+    world = sim()
+    world.step()
+    world.finish_data_stages()
+    view = world.child("r1-train")
+    world.pods.append(
+        PodView(
+            name="r1-train-master-0", uid="pod-train", owner_name="r1-train",
+            owner_uid=view.uid, stage=view.stage, attempt=1, phase="Running",
+            replica_type="master", restarts=1,
+            last_failure=Termination(3, "Error", json.dumps(STOPPED)),
+        )
+    )  # fmt: skip
+    world.step()
+
+    assert world.status["phase"] == "AuditFailed"
+    assert DeleteChild("PyTorchJob", "r1-train") in world.actions[-1]
+    assert world.condition("Trained")["reason"] == "TrainingAuditFailed"
+    assert world.step().actions == ()

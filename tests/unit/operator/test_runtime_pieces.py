@@ -121,9 +121,17 @@ def test_a_key_scheduled_again_and_again_is_scheduled_once_at_its_earliest_time(
 class _LookupKube:
     """Answers GETs by name: present, absent (None) or forbidden (403); records creations."""
 
-    def __init__(self, present: set[tuple[str, str]], forbidden: set[str]) -> None:
-        self.present, self.forbidden = present, forbidden
+    def __init__(
+        self,
+        present: set[tuple[str, str]],
+        forbidden: set[str],
+        unserved: frozenset[str] = frozenset(),
+    ) -> None:
+        self.present, self.forbidden, self.unserved = present, forbidden, unserved
         self.created: list[str] = []
+
+    def serves(self, kind: str) -> bool | None:
+        return kind not in self.unserved
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, object] | None:
         from dflash_operator.runtime.kube import KubeError
@@ -189,3 +197,25 @@ def test_a_cluster_scoped_kind_has_no_namespace_in_its_path() -> None:
     assert RESOURCES["LocalQueue"].path("ml", "q") == (
         "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/localqueues/q"
     )
+
+
+def test_a_lookup_whose_api_is_not_served_names_the_api_and_never_blocks() -> None:
+    from dflash_operator.plan.actions import CreateChild
+    from dflash_operator.plan.observed import ObjectRef
+    from dflash_operator.runtime.executor import Executor
+
+    queue = ObjectRef("LocalQueue", "team-a", "spec.queueName")
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "r1-regen", "namespace": "ml"},
+    }
+    kube = _LookupKube(present=set(), forbidden=set(), unserved=frozenset({"LocalQueue"}))
+    outcome = Executor(kube).run("ml", "uid", [CreateChild(manifest, requires=(queue,))])  # type: ignore[arg-type]
+
+    assert kube.created == ["Job"] and not outcome.failures  # never ObjectMissing
+    (lookup,) = outcome.lookups
+    assert lookup.exists is None
+    assert lookup.not_served is not None
+    assert lookup.not_served.startswith("Kueue LocalQueue v1beta2 is not served: install Kueue")
+    assert "kueue.x-k8s.io/v1beta2 localqueues" in lookup.not_served

@@ -14,10 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from dflash_trainer.eval.greedy import build_self_distill_samples
+from dflash_trainer.train.__main__ import main
 from dflash_trainer.train.config import TrainConfig
 from dflash_trainer.train.distributed import init_distributed
+from dflash_trainer.train.result import EXIT_MONITOR_STOPPED
 from dflash_trainer.train.trainer import Trainer
+from dflash_trainer.train.verdict import SUMMARY_LIMIT
 
 from .conftest import TINY_QWEN3, build_tiny_target
 
@@ -97,19 +101,26 @@ def test_another_models_answers_stop_training_naming_the_source_and_the_step(
     assert [r[0][:PROMPT] for r in other] == [r[0][:PROMPT] for r in good]
     tokenized = write(tmp_path / "tokenized", {"own": good, "other-model": other})
     cfg = config(quick_config, tokenized)
-    trainer = Trainer(cfg, init_distributed(timeout_minutes=5))
-    result = trainer.run()
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
+    message = tmp_path / "termination-log"
 
-    assert result.audit is not None, "the monitor did not stop training"
-    audit = result.audit
-    assert audit["gate"] == "training" and audit["verdict"] == "fail"
+    # Through the entry point: a stop is a distinct non-zero exit, never 0 (a success).
+    code = main(["--config", str(config_file), "--termination-log", str(message)])
+
+    assert code == EXIT_MONITOR_STOPPED == 3
+    assert len(message.read_bytes()) <= SUMMARY_LIMIT
+    audit = json.loads(message.read_text())
+    assert audit["gate"] == "training" and audit["verdict"] == "fail" and audit["ok"] is False
+    verdict = json.loads(Path(audit["verdictUri"]).read_text())
+    assert verdict["violations"][0]["sources"] == ["other-model"]
+    assert verdict["step"] == audit["step"]
     (violation,) = audit["violations"]
     assert violation["sources"] == ["other-model"]  # the healthy source is never named
     # Half of each 8-row batch is that source on average: MIN_ROWS of its rows come within a
     # few scored steps, and the bound is met as soon as they are judged.
     assert audit["step"] <= 6 * EVERY and audit["step"] % EVERY == 0
     assert f"by step {audit['step']}" in violation["message"]
-    assert result.step == audit["step"] and result.final_uri is None
     assert not (Path(cfg.run_root) / "final").exists()
     report = json.loads(Path(cfg.likelihood_report_uri, "report.json").read_text())
     assert report["likelihood"]["sources"]["own"]["offRows"] == 0

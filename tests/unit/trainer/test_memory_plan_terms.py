@@ -196,3 +196,24 @@ def test_a_manifest_of_another_kind_is_named(
     app = write(tmp_path, "app.yaml", {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application"})
     assert main([str(app)]) == 2
     assert "is a kind: Application, not a DFlashRun nor a train.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"gpuMemory": "95Gi"},
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-Unknown"}},  # fit not judged
+    ],
+    ids=["judged", "not-judged"],
+)
+def test_the_pools_allocator_setting_is_honoured_whether_or_not_fit_is_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pool: dict[str, Any]
+) -> None:
+    """The pool's PYTORCH_CUDA_ALLOC_CONF is what its trainer pods run with: the estimate the
+    CLI prints counts its fragmentation even when no GPU memory is known to judge fit."""
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
+    values = write(tmp_path, "values.yaml", pools_values(**pool, env=env))
+
+    main([str(EXAMPLE), "--pools", str(values)])
+    out = capsys.readouterr().out
+    assert "15% of the tensors (fixed segments)" in out, out

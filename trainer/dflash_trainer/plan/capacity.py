@@ -23,7 +23,9 @@ class Capacity:
 
     bytes: int | None
     source: str
-    expandable_segments: bool = True
+    # The pods' allocator setting (the pool's env or --alloc-conf): always set, fit judged
+    # or not, since the estimate printed counts its fragmentation either way.
+    expandable_segments: bool
 
 
 def load_pools(path: Path) -> dict[str, Any]:
@@ -62,13 +64,17 @@ def resolve_capacity(
         size = pool_gpu_memory(pool)
         if size:
             return Capacity(parse_memory_size(size), f"pool {pool_name}: {size}", expandable)
-        return Capacity(None, f"pool {pool_name} has no gpuMemory nor a known GPU product")
+        return Capacity(
+            None, f"pool {pool_name} has no gpuMemory nor a known GPU product", expandable
+        )
     if pool_name and values is None:
         size = chart_pool_gpu_memory(pool_name)
         if size:
             source = f"pool {pool_name}: {size}, the chart's default for it"
             return Capacity(parse_memory_size(size), source, expandable)
-        return Capacity(None, f"pool {pool_name} is not a pool of the chart (pass --pools)")
+        return Capacity(
+            None, f"pool {pool_name} is not a pool of the chart (pass --pools)", expandable
+        )
     if pool_name:
-        return Capacity(None, f"pool {pool_name} is not in --pools")
+        return Capacity(None, f"pool {pool_name} is not in --pools", expandable)
     return Capacity(None, "a train.yaml names no pool", expandable)

@@ -1,7 +1,8 @@
 """Entry point: `python -m dflash_trainer.train --config run.yaml [a.b=c ...]` (or via torchrun).
 
-Exit codes follow the stage contract: 0 done, 2 bad input (config, data, target), 1 other.
-Rank 0 writes the `train` stage result to `--termination-log`.
+Exit codes follow the stage contract: 0 done, 2 bad input (config, data, target), 3 stopped
+by the likelihood monitor (every rank), 1 other. Rank 0 writes the `train` stage result to
+`--termination-log` (after a monitor stop: a bounded summary plus the verdict object's URI).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dflash_trainer.train.config import ConfigError, load_train_config
 from dflash_trainer.train.result import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EXIT_MONITOR_STOPPED,
     EXIT_OK,
     build_stage_result,
     write_stage_result,
@@ -86,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         return EXIT_FAILED
     if result.audit is not None:
-        # Stopped by the likelihood monitor: a verdict, not a crash. Exit 0 so that the
-        # PyTorchJob does not restart into the same data; the operator reads the result.
+        # Stopped by the likelihood monitor: a verdict, never a success. A non-zero exit, so
+        # nothing can read it as one; the operator reads the verdict from the first stopped
+        # container (also from lastState after an in-place restart) and deletes the child.
         if is_main:
             write_stage_result(args.termination_log, result.audit)
-        return EXIT_OK
+        return EXIT_MONITOR_STOPPED
     if is_main:
         message = f"trained {result.step}/{result.total_steps} steps, loss {result.loss:.4f}"
         log.info("%s; final drafter at %s", message, result.final_uri)

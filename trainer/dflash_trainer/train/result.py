@@ -23,6 +23,9 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# The training likelihood monitor stopped training (a verdict, not a crash): the same number
+# as an audit whose gate failed (data-contracts section 5). Never retried by the operator.
+EXIT_MONITOR_STOPPED = 3
 
 
 def build_stage_result(stage: str, ok: bool, message: str, **extra: Any) -> dict[str, Any]:

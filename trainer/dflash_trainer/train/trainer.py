@@ -330,23 +330,28 @@ class Trainer:
 
     def stop_for_likelihood(self, failure: MonitorFailure) -> TrainResult:
         """The monitor stopped training: report, no checkpoint or export (the data is bad)."""
+        from dflash_trainer.storage import join_uri
         from dflash_trainer.train.likelihood_report import (
             build_report,
             build_stage_payload,
             write_report,
         )
+        from dflash_trainer.train.verdict import VERDICT_FILE, build_summary, write_verdict
 
         assert self.monitor is not None
         uri = self.cfg.likelihood_report_uri
         payload = build_stage_payload(self.monitor, failure, uri)
+        verdict_uri = join_uri(uri, VERDICT_FILE)
         if self.env.is_main:
             log.error("%s", payload["message"])
             write_report(build_report(self.monitor, failure, self.cfg.target.path), uri)
+            verdict_uri = write_verdict(payload, uri)
             self.uploader.wait()
         barrier(self.env)
         return TrainResult(
-            self.step, self.total_steps, self.last_loss, self.checkpoint_uri, None, payload
-        )
+            self.step, self.total_steps, self.last_loss, self.checkpoint_uri, None,
+            build_summary(payload, verdict_uri),
+        )  # fmt: skip
 
     def run(self) -> TrainResult:
         self.resume()
