@@ -126,6 +126,37 @@ def test_another_models_answers_stop_training_naming_the_source_and_the_step(
     assert report["likelihood"]["sources"]["own"]["offRows"] == 0
     assert report["likelihood"]["sources"]["other-model"]["offDistributionRate"] > 0.5
 
+    # The pod restarted in place (OnFailure) runs the trainer again: it never trains on the
+    # data the monitor judged bad, and reports the same stop.
+    metrics = Path(cfg.logging.metrics_file)
+    lines_before = metrics.read_text() if metrics.exists() else ""
+    again = tmp_path / "termination-log-2"
+    assert main(["--config", str(config_file), "--termination-log", str(again)]) == 3
+    repeated = json.loads(again.read_text())
+    assert repeated["verdictUri"] == audit["verdictUri"] and repeated["step"] == audit["step"]
+    assert repeated["violations"][0]["sources"] == ["other-model"]
+    assert (metrics.read_text() if metrics.exists() else "") == lines_before  # no step ran
+
+
+def test_an_unreadable_earlier_verdict_still_stops_training(
+    good: list[tuple[list[int], list[int]]],
+    quick_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """Fail closed: a verdict object that exists but cannot be read is a stop, not a pass."""
+    tokenized = write(tmp_path / "tokenized", {"own": good})
+    cfg = config(quick_config, tokenized)
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
+    folder = Path(cfg.likelihood_report_uri)
+    folder.mkdir(parents=True)
+    (folder / "verdict.json").write_text('{"stage": "train", "ok": fal')  # cut mid-write
+    message = tmp_path / "termination-log"
+    assert main(["--config", str(config_file), "--termination-log", str(message)]) == 3
+    audit = json.loads(message.read_text())
+    assert audit["ok"] is False and "cannot be read" in audit["message"]
+    assert not (Path(cfg.run_root) / "final").exists()
+
 
 def test_each_source_is_judged_by_its_declared_sampling_and_an_unknown_one_is_never_passed(
     good: list[tuple[list[int], list[int]]],

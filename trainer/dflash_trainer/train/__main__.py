@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from dflash_trainer.model.config import DrafterConfigError
 from dflash_trainer.model.target import TargetError
@@ -58,6 +59,23 @@ def setup_logging() -> None:
     )
 
 
+def earlier_stop(report_folder: str) -> dict[str, Any] | None:
+    """The bounded stop summary of an earlier attempt the monitor stopped, if any."""
+    from dflash_trainer.storage import join_uri
+    from dflash_trainer.train.verdict import VERDICT_FILE, build_summary, read_stop_verdict
+
+    verdict = read_stop_verdict(report_folder)
+    if verdict is None:
+        return None
+    uri = join_uri(report_folder, VERDICT_FILE)
+    log.error(
+        "an earlier attempt of this run was stopped by the likelihood monitor (verdict %s): "
+        "not training again",
+        uri,
+    )
+    return build_summary(verdict, uri)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
@@ -65,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_train_config(args.config, args.overrides, args.run_root)
         require_supported_versions()
+        stopped = earlier_stop(cfg.likelihood_report_uri)
+        if stopped is not None:
+            # An attempt restarted after a monitor stop (the pod's restart policy): the data
+            # was judged bad, so it never trains again; it reports the same stop.
+            if is_main:
+                write_stage_result(args.termination_log, stopped)
+            return EXIT_MONITOR_STOPPED
         # Imported late: the config check above needs no torch and answers fast.
         from dflash_trainer.train.distributed import init_distributed, shutdown_distributed
         from dflash_trainer.train.trainer import Trainer

@@ -59,6 +59,32 @@ def build_summary(payload: dict[str, Any], verdict_uri: str) -> dict[str, Any]:
     return summary
 
 
+def read_stop_verdict(folder: str) -> dict[str, Any] | None:
+    """The verdict an earlier attempt of this run stopped with, or None when there is none.
+
+    The monitor stop exits non-zero, and a training pod restarted in place (OnFailure) runs the
+    trainer again before the operator deletes the child: it must not train on data the monitor
+    already judged bad. Fail closed: a verdict object that exists but cannot be read counts as
+    a stop (its message says so); one whose presence cannot be checked is logged, and training
+    goes on (the operator still reads the first attempt's stop)."""
+    uri = join_uri(folder, VERDICT_FILE)
+    store = store_for(folder)
+    try:
+        if not store.exists(uri):
+            return None
+    except StorageError as exc:
+        log.warning("could not check for an earlier monitor verdict at %s: %s", uri, exc)
+        return None
+    try:
+        verdict = json.loads(store.read_bytes(uri))
+    except (StorageError, ValueError) as exc:
+        return {"stage": "train", "ok": False, "gate": "training", "verdict": "fail",
+                "message": f"an earlier attempt was stopped by the likelihood monitor; its "
+                f"verdict {uri} cannot be read ({exc})"}  # fmt: skip
+    return verdict if isinstance(verdict, dict) else {"stage": "train", "ok": False,
+                                                       "verdict": "fail", "message": str(verdict)}  # fmt: skip
+
+
 def write_verdict(payload: dict[str, Any], folder: str) -> str:
     """The whole verdict as `<folder>/verdict.json`; its URI. A write failure is logged: the
     summary still carries the verdict, and the operator still stops the run."""
