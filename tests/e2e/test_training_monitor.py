@@ -75,6 +75,9 @@ def test_a_source_broken_outside_the_canary_stops_training_at_audit_failed(
     harness.start_operator()
     run = harness.build_run("monitored", files, PER_SOURCE, audit={"likelihood": MONITOR})
     run["spec"]["data"]["sources"][-1]["maxSamples"] = BROKEN_ROWS
+    # The rows are the target's own greedy answers: declared, so the monitor judges the source
+    # (an imported source with unknown sampling is never judged, docs/audit-gates.md 8.2).
+    run["spec"]["data"]["sources"][-1]["sampling"] = {"temperature": 0.0}
     harness.apply(run)
 
     status = harness.wait_phase("monitored", "AuditFailed", "Succeeded", "Failed")
