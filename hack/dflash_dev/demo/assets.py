@@ -42,6 +42,9 @@ class SourceFile:
     key: str
     format: str
     body: bytes
+    # Imported completions: the sampling they say they were generated with
+    # (`spec.data.sources[].sampling`); None: unknown, the likelihood check judges none of them.
+    sampling: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- prompt sources
@@ -120,11 +123,16 @@ def build_broken_sources(
         conversations[per_source : 2 * per_source], 0.0, seed
     )
     prompts = [{"prompt": conv[0]["content"]} for conv in conversations[2 * per_source :]]
+    # Both imported sources say what the incident's supplier said: the target's own greedy
+    # answers (the demo's sampling). The likelihood check holds them to it.
+    greedy = {"temperature": 0.0}
     return [
-        SourceFile("openorca", "data/openorca-regenerated.jsonl", "regenerated", _jsonl(broken)),
-        SourceFile("magicoder", "data/magicoder-regenerated.jsonl", "regenerated", _jsonl(healthy)),
+        SourceFile("openorca", "data/openorca-regenerated.jsonl", "regenerated", _jsonl(broken),
+                   greedy),
+        SourceFile("magicoder", "data/magicoder-regenerated.jsonl", "regenerated",
+                   _jsonl(healthy), greedy),
         SourceFile("questions", "data/questions.jsonl", "prompt-only", _jsonl(prompts)),
-    ]
+    ]  # fmt: skip
 
 
 def magicoder_prompts(per_source: int, seed: int = 0) -> list[str]:
@@ -200,6 +208,7 @@ def build_sources_spec(
     """`spec.data.sources` naming the uploaded files."""
     return [
         {"name": f.name, "uri": f"s3://{bucket}/{f.key}", "format": f.format, "maxSamples": max_samples}
+        | ({"sampling": dict(f.sampling)} if f.sampling is not None else {})
         for f in files
     ]  # fmt: skip
 

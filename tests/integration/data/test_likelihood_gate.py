@@ -258,3 +258,62 @@ def test_a_healthy_source_answering_in_another_script_passes_the_whole_gate(
     write_regen(other, english)
     code, report = audit(other, "completions", bilingual, limits)
     assert code == 3 and violated(report) == {"off_distribution_rate": {"translation"}}
+
+
+def canary(work: Path, target: Path, sources: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """A canary that regenerates the run's own sources at the run's sampling and imports the
+    `format: regenerated` ones, scored under the target; then the canary gate on it."""
+    work.mkdir(parents=True)
+    (work / "sources.yaml").write_text(yaml.safe_dump(sources))
+    run_root = work / "run"
+    code = regenerate_main([
+        "--run-root", str(run_root), "--sources", str(work / "sources.yaml"),
+        "--model", str(target), "--engine", "transformers", "--temperature", str(TEMPERATURE),
+        "--max-new-tokens", str(MAX_NEW_TOKENS), "--threads", "1", "--progress-seconds", "0",
+        "--canary-samples-per-source", str(ROWS), "--score-likelihood", "--max-seq-len", "1024",
+        "--termination-log", str(work / "canary.json"),
+    ])  # fmt: skip
+    assert code == 0, (work / "canary.json").read_text()
+    out = run_root / "audit" / "canary"
+    code = audit_main([
+        str(run_root / "canary" / "regen"), "--gate", "completions", "--run-root", str(run_root),
+        "--model", str(target), "--thresholds", str(thresholds(work)),
+        "--max-new-tokens", str(MAX_NEW_TOKENS), "--max-seq-len", "1024", "--no-plots",
+        "--scores", str(run_root / "canary" / "likelihood"), "--out", str(out),
+        "--termination-log", str(out) + ".json",
+    ])  # fmt: skip
+    return code, json.loads((out / "report.json").read_text())
+
+
+def test_the_canary_judges_imported_rows_by_their_declared_sampling(
+    target: Path, tmp_path: Path
+) -> None:
+    """Imported answers sampled at temperature 1.0 (no truncation) beside the run's own
+    prompts regenerated at 0.6: declared as what they are they pass; declared as the run's
+    sampling the same rows fail; declared as nothing they are not judged."""
+    hot = generate(target, {"hot": prompts(3)}, tmp_path / "gen", "--temperature", "1.0")
+    data = tmp_path / "hot.jsonl"
+    fields = ("prompt", "response", "reasoning", "output_token_ids", "num_output_tokens",
+              "finish_reason")  # fmt: skip
+    data.write_text("".join(json.dumps({k: r[k] for k in fields if k in r}) + "\n" for r in hot))
+    own_prompts = tmp_path / "own.jsonl"
+    own_prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts(1)))
+    own = {"name": "own", "uri": str(own_prompts), "format": "prompt-only"}
+    imported = {"name": "imported", "uri": str(data), "format": "regenerated"}
+
+    declared = {"temperature": 1.0, "topP": 1.0, "topK": 0}
+    code, report = canary(tmp_path / "as-made", target,
+                          [own, imported | {"sampling": declared}])  # fmt: skip
+    assert code == 0, report["violations"]
+    figures = {n: s["details"]["likelihood"] for n, s in report["sources"].items()}
+    assert figures["imported"]["offRows"] <= 2 and figures["own"]["offRows"] <= 2, figures
+
+    as_run = {"temperature": TEMPERATURE, "topP": 0.95, "topK": 20}
+    code, report = canary(tmp_path / "as-run", target,
+                          [own, imported | {"sampling": as_run}])  # fmt: skip
+    assert code == 3 and violated(report) == {"off_distribution_rate": {"imported"}}
+
+    code, report = canary(tmp_path / "unknown", target, [own, imported])
+    assert code == 0, report["violations"]
+    assert report["sources"]["imported"]["details"]["likelihood"]["judged"] is False
+    assert any("imported" in note and "skipped" in note for note in report["notes"])

@@ -82,3 +82,22 @@ def test_token_stats_of_unknown_sampling_judge_nothing() -> None:
 
     gap, mu, _ = token_stats(torch.from_numpy(top), torch.tensor([-5.0]), UNKNOWN, 100)
     assert float(gap[0]) == -np.inf and np.isnan(float(mu[0]))
+
+
+def test_a_run_that_regenerates_judges_its_own_sources_by_its_sampling_and_imports_by_theirs() -> (
+    None
+):
+    from dflash_trainer.data.likelihood.source_rules import run_source_rules
+    from dflash_trainer.data.sources import parse_sources
+
+    sources = parse_sources({"sources": [
+        {"name": "own", "uri": "s3://b/own.jsonl", "format": "prompt-only"},
+        {"name": "greedy", "uri": "s3://b/g.jsonl", "format": "regenerated",
+         "sampling": {"temperature": 0}},
+        {"name": "unknown", "uri": "s3://b/u.jsonl", "format": "regenerated"},
+    ]}, "sources.yaml")  # fmt: skip
+    run = SamplingRule(temperature=0.6, top_p=0.95, top_k=20, default_k=32)
+    rules = run_source_rules(sources, run)
+    assert rules["own"] == run
+    assert rules["greedy"] == SamplingRule(temperature=0.0, top_p=1.0, top_k=0, default_k=32)
+    assert rules["unknown"] is None

@@ -58,6 +58,12 @@ def test_the_broken_dataset_is_87_percent_stubs_in_one_source_and_healthy_elsewh
     assert {name: len(rs) for name, rs in _read(list(files.values()), tmp_path).items()} == {
         "openorca": 100, "magicoder": 100, "questions": 100,
     }  # fmt: skip
+    # The imported sources say they are the target's greedy answers; the likelihood check
+    # holds them to it (a source of unknown sampling would not be judged).
+    spec = assets.build_sources_spec(list(files.values()), "bucket", 100)
+    assert {s["name"]: s.get("sampling") for s in spec} == {
+        "openorca": {"temperature": 0.0}, "magicoder": {"temperature": 0.0}, "questions": None,
+    }  # fmt: skip
 
 
 def test_the_pool_values_put_the_cpu_pool_on_executor_nodes_and_tolerate_their_taint() -> None:

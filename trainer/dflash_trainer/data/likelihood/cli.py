@@ -30,7 +30,12 @@ from dflash_trainer.data.likelihood.sample import (
 )
 from dflash_trainer.data.likelihood.sampling import SamplingRule
 from dflash_trainer.data.likelihood.scores import SOURCE_RULES_KEY, ScoresMeta, write_scores
-from dflash_trainer.data.likelihood.types import TokenizedRow
+from dflash_trainer.data.likelihood.source_rules import (
+    UNKNOWN_RULE,
+    declared_rules,
+    rules_json,
+    score_by_rule,
+)
 from dflash_trainer.data.regenerate.engine import SamplingSpec
 from dflash_trainer.data.sources import load_sources
 from dflash_trainer.data.stage_result import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, finish_stage
@@ -174,22 +179,9 @@ def build_scorer(args: argparse.Namespace, rule: SamplingRule) -> tuple[Any, str
     return HfScorer(model, rule), name, int(model.config.get_text_config().vocab_size)
 
 
-# Scores of a source whose sampling is unknown: no truncation and T = 1 (every token can be
-# drawn), so no margin and no expected NLL: no rule judges its rows.
-UNKNOWN_RULE = SamplingRule(temperature=1.0, top_p=1.0, top_k=0)
-
-
 def build_source_rules(args: argparse.Namespace) -> dict[str, SamplingRule]:
     """The sampling each source declares (`sources[].sampling`); undeclared ones are absent."""
-    rules = {}
-    for source in load_sources(args.sources):
-        if source.sampling is not None:
-            s = source.sampling
-            rules[source.name] = SamplingRule(
-                temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-                default_k=args.default_k,
-            )  # fmt: skip
-    return rules
+    return declared_rules(load_sources(args.sources), args.default_k)
 
 
 def undeclared_rule(args: argparse.Namespace) -> SamplingRule | None:
@@ -205,15 +197,6 @@ def undeclared_rule(args: argparse.Namespace) -> SamplingRule | None:
         min_p=d.min_p if args.min_p is None else args.min_p,
         default_k=args.default_k,
     )
-
-
-def group_by_rule(
-    rows: list[TokenizedRow], rules: dict[str, SamplingRule], fallback: SamplingRule | None
-) -> dict[SamplingRule | None, list[TokenizedRow]]:
-    groups: dict[SamplingRule | None, list[TokenizedRow]] = {}
-    for row in rows:
-        groups.setdefault(rules.get(row.source, fallback), []).append(row)
-    return groups
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,14 +220,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fallback = undeclared_rule(args)
     args.score_tokens = sum(len(r.input_ids) for r in rows)
     scorer, name, vocab = build_scorer(args, fallback or UNKNOWN_RULE)
-    scored = []
-    for key, group in group_by_rule(rows, rules, fallback).items():
-        scorer.set_rule(key or UNKNOWN_RULE)
-        scored += scorer.score(group)
-    by_source = {r.source: rules.get(r.source, fallback) for r in rows}
+    rule_of: dict[str, SamplingRule | None] = dict(rules)
+    scored = score_by_rule(scorer, rows, rule_of, fallback)
     extra = {
         "templateMismatches": mismatched,
-        SOURCE_RULES_KEY: {n: r.to_json() if r else None for n, r in sorted(by_source.items())},
+        SOURCE_RULES_KEY: rules_json(rows, rule_of, fallback),
     }
     meta = ScoresMeta(fallback or UNKNOWN_RULE, name, str(args.model), vocab, extra)
     uri = write_scores(out, scored, meta)

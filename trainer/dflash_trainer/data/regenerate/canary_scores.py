@@ -2,7 +2,9 @@
 row (generated or imported) is tokenized as the tokenize stage will tokenize it, and its
 supervised tokens are scored by the canary's engine (vLLM prompt log-probabilities on GPU,
 a transformers forward on CPU), so that the canary gate judges whether the target would have
-written them (docs/audit-gates.md, section 8).
+written them (docs/audit-gates.md, section 8). Rows this run generated are judged against the
+run's sampling; imported rows (`format: regenerated`) against the sampling their source declares,
+and not at all where it declares none, as the score stage judges them.
 
     <run-root>/canary/likelihood/scores.parquet
 
@@ -21,10 +23,18 @@ import pyarrow.parquet as pq
 
 from dflash_trainer.data.likelihood.sample import tokenize_completions
 from dflash_trainer.data.likelihood.sampling import SamplingRule
-from dflash_trainer.data.likelihood.scores import ScoresMeta, has_scores, read_scores, write_scores
+from dflash_trainer.data.likelihood.scores import (
+    SOURCE_RULES_KEY,
+    ScoresMeta,
+    has_scores,
+    read_scores,
+    write_scores,
+)
+from dflash_trainer.data.likelihood.source_rules import run_source_rules, score_by_rule
 from dflash_trainer.data.regenerate.canary import CANARY_FOLDER, SAMPLE_KEY, SETTINGS_KEY
 from dflash_trainer.data.regenerate.engine import SamplingSpec
 from dflash_trainer.data.regenerate.shard_store import ShardStore
+from dflash_trainer.data.sources import load_sources
 from dflash_trainer.storage import arrow_filesystem, join_uri
 
 LIKELIHOOD_FOLDER = "likelihood"
@@ -45,13 +55,21 @@ def build_rule(sampling: SamplingSpec, default_k: int = 20) -> SamplingRule:
     )
 
 
-def scores_key(store: ShardStore, max_seq_len: int) -> dict[str, Any]:
-    """What the scores were made from: the committed canary and the training length."""
+def source_rules(args: argparse.Namespace, rule: SamplingRule) -> dict[str, SamplingRule | None]:
+    return run_source_rules(load_sources(args.sources), rule)
+
+
+def scores_key(
+    store: ShardStore, max_seq_len: int, rules: dict[str, SamplingRule | None]
+) -> dict[str, Any]:
+    """What the scores were made from: the committed canary, the training length and the
+    sampling each source is judged against (a changed declaration scores again)."""
     commit = store.read_commit()
     return {
         SETTINGS_KEY: commit.get(SETTINGS_KEY),
         SAMPLE_KEY: commit.get(SAMPLE_KEY),
         "maxSeqLen": max_seq_len,
+        SOURCE_RULES_KEY: {n: r.to_json() if r else None for n, r in sorted(rules.items())},
     }
 
 
@@ -80,7 +98,8 @@ def score_canary(
     """Tokenize and score every committed canary row; returns the stage result's fields."""
     from dflash_trainer.data.tokenize.core import RowTokenizer, TokenizeSettings
 
-    key = scores_key(store, args.max_seq_len)
+    rules = source_rules(args, rule)
+    key = scores_key(store, args.max_seq_len, rules)
     folder = canary_scores_folder(args.run_root)
     if is_scored(args.run_root, key):
         return {"likelihoodScores": folder, "likelihoodScored": "reused"}
@@ -99,7 +118,7 @@ def score_canary(
     scorer, name, vocab = build_scorer(engine, rule)
     print(f"canary: scoring {len(rows)} rows under the target ({name})", file=sys.stderr,
           flush=True)  # fmt: skip
-    scored = scorer.score(rows)
+    scored = score_by_rule(scorer, rows, rules, rule)
     meta = ScoresMeta(rule, name, str(args.model), vocab, {**key, "templateMismatches": mismatched})
     write_scores(folder, scored, meta)
     return {

@@ -414,14 +414,16 @@ def score_committed_canary(
         is_scored,
         score_canary,
         scores_key,
+        source_rules,
     )
 
-    if is_scored(args.run_root, scores_key(store, args.max_seq_len)):
-        return score_canary(args, store, None, None, build_rule(sampling))
+    rule = build_rule(sampling)
+    if is_scored(args.run_root, scores_key(store, args.max_seq_len, source_rules(args, rule))):
+        return score_canary(args, store, None, None, rule)
     target = Target(args)
     engine = build_engine(args, target, sampling)
     try:
-        return score_canary(args, store, target, engine, build_rule(sampling))
+        return score_canary(args, store, target, engine, rule)
     finally:
         engine.close()
 
