@@ -13,11 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-import ssl
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,14 +23,12 @@ import yaml
 from . import binaries, kueue, procs, topology, trainer_v2, training_operator
 from .certs import ensure_pki
 from .errors import DevError
+from .kube_components import http_get, start_etcd_and_apiserver, start_kube_components, wait
 from .kube_wait import local_readyz
 from .nodes import build_nodes
-from .paths import REPO_ROOT, state_root
+from .paths import state_root
 from .ports import free_ports
 
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
-READY_TIMEOUT_SECONDS = 90.0
 # The training backends a cluster can serve: Kubeflow Trainer v2 (TrainJob, with the JobSet
 # controller) and the training-operator v1 (PyTorchJob). Both by default; a test or a developer
 # picks one with DFLASH_CLUSTER_BACKENDS=trainer (or =training-operator), or up(backends=...).
@@ -133,22 +127,6 @@ def read_info() -> ClusterInfo | None:
         return None
 
 
-def _ssl_context(pki: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    return ctx
-
-
-def _get(url: str, pki: Path, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, context=_ssl_context(pki), timeout=timeout) as resp:
-            return int(resp.status), resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(exc)
-
-
 def is_healthy(info: ClusterInfo | None = None) -> bool:
     """Every component process is alive and the apiserver answers /readyz."""
     info = info or read_info()
@@ -158,7 +136,7 @@ def is_healthy(info: ClusterInfo | None = None) -> bool:
         tracked = procs.read_tracked(Path(info.state_dir), name)
         if tracked is None or not tracked.is_alive():
             return False
-    code, _ = _get(f"{info.server}/readyz", Path(info.state_dir) / "pki")
+    code, _ = http_get(f"{info.server}/readyz", Path(info.state_dir) / "pki")
     return code == 200
 
 
@@ -188,22 +166,6 @@ def _write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)
-
-
-def _wait(what: str, check: object, tracked: list[procs.Tracked], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in tracked:
-            if not proc.is_alive():
-                raise DevError(
-                    f"{proc.name} exited while waiting for {what}; last log lines "
-                    f"({proc.log}):\n{procs.tail(proc.log)}"
-                )
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {p.name} ({p.log})\n{procs.tail(p.log, 10)}" for p in tracked)
-    raise DevError(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")
 
 
 def kubectl_binary() -> Path:
@@ -270,9 +232,9 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
     kubeconfig_path().chmod(0o600)
     version = binaries.version_of("kube-apiserver")
 
-    etcd, apiserver = _start_etcd_and_apiserver(state, paths, ports, server, pki)
+    etcd, apiserver = start_etcd_and_apiserver(state, paths, ports, server, pki)
     core = [etcd, apiserver]
-    everything = [*core, *_start_kube_components(state, paths, ports)]
+    everything = [*core, *start_kube_components(state, paths, ports)]
 
     crds: list[Path] = []
     crd_names: list[str] = []
@@ -289,7 +251,7 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
     for crd_file in crds:
         kubectl("apply", "--server-side", "-f", str(crd_file))
     for crd_name in crd_names:
-        _wait(
+        wait(
             f"the {crd_name} CRD",
             lambda crd_name=crd_name: _crd_established(crd_name),
             core,
@@ -322,7 +284,7 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
         )
     )
     if with_v1:
-        _wait(
+        wait(
             "the training-operator's webhook Secret",
             lambda: training_operator.install_webhook_certs(kubectl),
             everything,
@@ -330,11 +292,11 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
         )
 
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(build_nodes()))
-    _wait("fake nodes Ready", lambda: _nodes_ready(len(build_nodes())), everything, 60)
+    wait("fake nodes Ready", lambda: _nodes_ready(len(build_nodes())), everything, 60)
     # The apiserver taints new nodes not-ready; the node lifecycle controller that would lift
-    # the taint is off (see _start_kube_components), so lift it once kwok reports them Ready.
+    # the taint is off (see kube_components.py), so lift it once kwok reports them Ready.
     kubectl("taint", "nodes", "--all", "node.kubernetes.io/not-ready:NoSchedule-", check=False)
-    _wait(
+    wait(
         "the default ServiceAccount",
         lambda: (
             kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode
@@ -344,14 +306,14 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
         60,
     )
     if with_v1:
-        _wait("the training-operator", lambda: local_readyz(ports["to-probe"]), everything, 60)
+        wait("the training-operator", lambda: local_readyz(ports["to-probe"]), everything, 60)
 
     # Webhooks go in once their servers serve them (failurePolicy Fail: registered earlier, they
     # would refuse objects while the controllers start).
     ca_bundle = (pki / "ca.crt").read_bytes()
     if with_trainer:
-        _wait("JobSet", lambda: local_readyz(ports["jobset-probe"]), everything, 90)
-        _wait("Kubeflow Trainer", lambda: local_readyz(ports["trainer-probe"]), everything, 90)
+        wait("JobSet", lambda: local_readyz(ports["jobset-probe"]), everything, 90)
+        wait("Kubeflow Trainer", lambda: local_readyz(ports["trainer-probe"]), everything, 90)
         hooks = [
             *trainer_v2.jobset_webhook_configurations(ca_bundle, ports["jobset-webhook"]),
             *trainer_v2.trainer_webhook_configurations(ca_bundle, ports["trainer-webhook"]),
@@ -359,7 +321,7 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
         kubectl("apply", "-f", "-", input=yaml.safe_dump_all(hooks))
         for runtime in trainer_v2.runtime_files():
             _apply_when_served(runtime, everything)
-    _wait("Kueue", lambda: local_readyz(ports["kueue-probe"]), everything, 90)
+    wait("Kueue", lambda: local_readyz(ports["kueue-probe"]), everything, 90)
     configurations = kueue.webhook_configurations(ca_bundle, ports["kueue-webhook"], frameworks)
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
     # Topology-aware scheduling: the Topology of the fake nodes and a flavor per GPU pool.
@@ -376,126 +338,6 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
     )
     _info_file().write_text(json.dumps(asdict(info), indent=2))
     return info
-
-
-def _start_etcd_and_apiserver(
-    state: Path, paths: dict[str, Path], ports: dict[str, int], server: str, pki: Path
-) -> tuple[procs.Tracked, procs.Tracked]:
-    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    etcd = procs.start(
-        state,
-        "etcd",
-        [
-            str(paths["etcd"]),
-            "--name=dflash",
-            f"--data-dir={state / 'etcd-data'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-cluster=dflash=http://127.0.0.1:{ports['etcd-peer']}",
-            "--unsafe-no-fsync=true",  # test data: durability is not needed, speed is
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ],
-    )
-    _wait("etcd", lambda: _etcd_healthy(etcd_url), [etcd], 30)
-
-    apiserver = procs.start(
-        state,
-        "kube-apiserver",
-        [
-            str(paths["kube-apiserver"]),
-            f"--etcd-servers={etcd_url}",
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['apiserver']}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
-            "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.key'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--enable-admission-plugins=NodeRestriction",
-            "--profiling=false",
-            "--v=1",
-        ],
-    )
-    _wait(
-        "kube-apiserver /readyz",
-        lambda: _get(f"{server}/readyz", pki)[0] == 200,
-        [etcd, apiserver],
-        READY_TIMEOUT_SECONDS,
-    )
-    return etcd, apiserver
-
-
-def _start_kube_components(
-    state: Path, paths: dict[str, Path], ports: dict[str, int]
-) -> list[procs.Tracked]:
-    """The controller-manager, the scheduler and kwok (the nodes' kubelets)."""
-    pki = state / "pki"
-    env = dict(os.environ)
-    kcm = procs.start(
-        state,
-        "kube-controller-manager",
-        [
-            str(paths["kube-controller-manager"]),
-            f"--kubeconfig={state / 'controller-manager.kubeconfig'}",
-            f"--authentication-kubeconfig={state / 'controller-manager.kubeconfig'}",
-            f"--authorization-kubeconfig={state / 'controller-manager.kubeconfig'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['kcm']}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            "--use-service-account-credentials=true",
-            "--leader-elect=false",
-            # No cloud, no kubelets: node lifecycle would evict pods of kwok nodes that
-            # miss a heartbeat during a slow test; everything else (job, garbage collector,
-            # ttl-after-finished, serviceaccount, namespace, endpoints...) runs.
-            "--controllers=*,-nodelifecycle,-node-ipam-controller,-cloud-node-lifecycle-controller,"
-            "-service-lb-controller,-node-route-controller",
-            f"--cluster-cidr={POD_CIDR}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--v=1",
-        ],
-        env=env,
-    )
-    scheduler = procs.start(
-        state,
-        "kube-scheduler",
-        [
-            str(paths["kube-scheduler"]),
-            f"--kubeconfig={state / 'scheduler.kubeconfig'}",
-            f"--authentication-kubeconfig={state / 'scheduler.kubeconfig'}",
-            f"--authorization-kubeconfig={state / 'scheduler.kubeconfig'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['scheduler']}",
-            "--leader-elect=false",
-            "--v=1",
-        ],
-        env=env,
-    )
-    kwok = procs.start(
-        state,
-        "kwok",
-        [
-            str(paths["kwok"]),
-            f"--kubeconfig={state / 'kwok.kubeconfig'}",
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--config={REPO_ROOT / 'hack' / 'kwok' / 'stages.yaml'}",
-            f"--server-address=127.0.0.1:{ports['kwok']}",
-            f"--cidr={POD_CIDR}",
-            "--node-ip=127.0.0.1",
-        ],
-        env=env,
-    )
-    return [kcm, scheduler, kwok]
 
 
 def _start_trainer_v2(
@@ -538,17 +380,9 @@ def _apply_when_served(manifest: Path, tracked: list[procs.Tracked]) -> None:
         return result.returncode == 0
 
     try:
-        _wait(f"{manifest.name} applied", applied, tracked, 30)
+        wait(f"{manifest.name} applied", applied, tracked, 30)
     except DevError as exc:
         raise DevError(f"{exc}\nlast kubectl error: {last}") from exc
-
-
-def _etcd_healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-            return '"health":"true"' in resp.read().decode().replace(" ", "")
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _crd_established(name: str) -> bool:
