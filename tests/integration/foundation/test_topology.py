@@ -158,3 +158,72 @@ def test_a_gang_that_fits_no_single_rack_waits_with_kueues_reason_and_does_not_s
     assert job["spec"]["suspend"] is True
     pods = get_json(cluster, "pods", "-n", namespace, "-l", "job-name=trio")["items"]
     assert pods == [], "a refused gang must not start any pod"
+
+
+def trainjob(name: str, queue: str) -> dict[str, Any]:
+    """A 2-node TrainJob of the platform's torch-distributed runtime, one whole B200 node per
+    node, queued, asking for one rack through a runtime patch of its pod template (the way
+    the operator patches a runtime it does not own)."""
+    pod_patch = {
+        "metadata": {"annotations": {REQUIRED_TOPOLOGY: RACK_LABEL}},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        },
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "numNodes": 2,
+                "image": "busybox",
+                "command": ["true"],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
+            },
+            "runtimePatches": [
+                {
+                    "manager": "dflash.dev/test",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {"name": "node", "template": {"spec": {"template": pod_patch}}}
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_a_queued_trainjob_that_requires_a_rack_runs_through_jobset_inside_one_rack(
+    cluster: ClusterHandle, namespace: str, rack_queue: str
+) -> None:
+    if cluster.kubectl("get", "crd", "trainjobs.trainer.kubeflow.org", check=False).returncode:
+        pytest.skip("this cluster does not serve Kubeflow Trainer v2 (DFLASH_CLUSTER_BACKENDS)")
+    racks = racks_by_node(cluster)
+    manifest = yaml.safe_dump(trainjob("tj", rack_queue))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+
+    def complete() -> dict[str, Any] | None:
+        job = get_json(cluster, "trainjob", "tj", "-n", namespace)
+        done = condition(job, "Complete")
+        return job if done and done["status"] == "True" else None
+
+    wait_for("the TrainJob to complete", complete, 120)
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", "jobset.sigs.k8s.io/jobset-name=tj")
+    nodes = {p["spec"]["nodeName"] for p in pods["items"]}
+    assert len(nodes) == 2, f"one whole node per pod: {nodes}"
+    assert len({racks[n] for n in nodes}) == 1, f"the TrainJob spread over racks: {nodes}"
+    workloads = get_json(cluster, "workloads", "-n", namespace)["items"]
+    (workload,) = [
+        w for w in workloads
+        if any(o["kind"] == "TrainJob" for o in w["metadata"].get("ownerReferences") or [])
+    ]  # fmt: skip
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"]["nvidia.com/gpu"] == FLAVOR
+    assert assignment["topologyAssignment"]["levels"] == list(topology.LEVELS)
