@@ -2,8 +2,8 @@
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
 # Usage: hack/build-binaries.sh [--for "make demo"] [name ...]
-#   names: etcd kube kwok helm training-operator kueue trainer jobset actionlint promtool
-#   (none: all of them)
+#   names: etcd kube kwok helm training-operator kueue trainer actionlint promtool
+#   (none: all of them; trainer builds the trainer and JobSet controllers)
 # Each binary is skipped when its cached file exists. Before building, it says what it will
 # build, for what, and about how long it takes; while building, a progress line (elapsed time
 # against the estimate). Nothing is downloaded from GitHub or dl.k8s.io: only the Go module proxy.
@@ -49,7 +49,7 @@ new_module() {
 # machine's load. The estimates the plan and the progress line show.
 declare -A ESTIMATE=(
   [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
-  [trainer]=400 [jobset]=300
+  [trainer]=600
   [actionlint]=150 [promtool]=700
 )
 planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
@@ -226,19 +226,37 @@ build_kueue() {
   chmod -R u+w "$share"
 }
 
-# Kubeflow Trainer v2's controller manager: the TrainJob and training-runtime controllers and
-# their webhook server, one binary. CRDs and webhook configurations from the module zip.
+# Kubeflow Trainer v2's controller manager (the TrainJob and runtime controllers and their
+# webhook server, one binary) and the JobSet controller it builds on (its webhook server in the
+# same binary), built together in one wrapper module: one build list (the trainer's go.mod needs
+# jobset v0.12.0; MVS lifts jobset's k8s.io patch versions to the trainer's), so the Kubernetes
+# libraries compile once for both. `go install sigs.k8s.io/jobset@v` is refused anyway: its
+# deprecation check reads the module's version list, which the proxy does not serve; a
+# `go build` of the main package in a module that requires it asks for no list.
+# CRDs, webhook configurations and the torch runtime come from the module zips.
 build_trainer() {
-  local pkg=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
-  if ! have trainer-controller-manager "$TRAINER_VERSION"; then
+  if ! have trainer-controller-manager "$TRAINER_VERSION" || ! have jobset "$JOBSET_VERSION"; then
     check_proxy github.com/kubeflow/trainer/v2 "$TRAINER_VERSION"
-    local gobin; gobin="$(mktemp -d)"
+    check_proxy sigs.k8s.io/jobset "$JOBSET_VERSION"
+    local dir; dir="$(new_module trainer)"
     _trainer() {
-      GOBIN="$gobin" GOFLAGS='' go install -trimpath -p "$jobs" -ldflags "-s -w" "$pkg@$TRAINER_VERSION"
-      mv "$gobin/trainer-controller-manager" "$bin/trainer-controller-manager-$TRAINER_VERSION"
+      cd "$dir"
+      go mod edit -require "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" \
+        -require "sigs.k8s.io/jobset@$JOBSET_VERSION"
+      go build -trimpath -p "$jobs" -ldflags "-s -w" \
+        -o "$bin/trainer-controller-manager-$TRAINER_VERSION.tmp" \
+        github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+      go build -trimpath -p "$jobs" \
+        -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+        -o "$bin/jobset-$JOBSET_VERSION.tmp" sigs.k8s.io/jobset
+      grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" go.mod \
+        || { echo "the build list moved jobset off $JOBSET_VERSION:"; cat go.mod; exit 1; }
+      mv "$bin/trainer-controller-manager-$TRAINER_VERSION.tmp" \
+        "$bin/trainer-controller-manager-$TRAINER_VERSION"
+      mv "$bin/jobset-$JOBSET_VERSION.tmp" "$bin/jobset-$JOBSET_VERSION"
     }
-    timed trainer trainer-controller-manager "$TRAINER_VERSION" _trainer
-    rm -rf "$gobin"
+    timed trainer "trainer-controller-manager and jobset" "$TRAINER_VERSION" _trainer
+    rm -rf "$dir"
   fi
   local src; src="$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
   local share="$cache/share/trainer-$TRAINER_VERSION"
@@ -246,36 +264,12 @@ build_trainer() {
   cp "$src"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$share/crd/"
   cp "$src/manifests/base/webhook/manifests.yaml" "$share/webhooks.yaml"
   cp "$src/manifests/base/runtimes/torch_distributed.yaml" "$share/runtimes/"
-  chmod -R u+w "$share"
-}
-
-# The JobSet controller (its webhook server in the same binary). `go install
-# sigs.k8s.io/jobset@v` is refused: its deprecation check reads the module's version list, which
-# the proxy does not serve. So: download the module, and build its main package in a writable copy.
-build_jobset() {
-  if ! have jobset "$JOBSET_VERSION"; then
-    check_proxy sigs.k8s.io/jobset "$JOBSET_VERSION"
-    local src dir
-    src="$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-    dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-jobset.XXXXXX")"
-    _jobset() {
-      cp -r "$src/." "$dir/"
-      chmod -R u+w "$dir"
-      cd "$dir"
-      go build -trimpath -p "$jobs" \
-        -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
-        -o "$bin/jobset-$JOBSET_VERSION.tmp" .
-      mv "$bin/jobset-$JOBSET_VERSION.tmp" "$bin/jobset-$JOBSET_VERSION"
-    }
-    timed jobset jobset "$JOBSET_VERSION" _jobset
-    rm -rf "$dir"
-  fi
-  local src2; src2="$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-  local share="$cache/share/jobset-$JOBSET_VERSION"
-  mkdir -p "$share/crd"
-  cp "$src2"/config/components/crd/bases/*.yaml "$share/crd/"
-  cp "$src2/config/components/webhook/manifests.yaml" "$share/webhooks.yaml"
-  chmod -R u+w "$share"
+  src="$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  local jshare="$cache/share/jobset-$JOBSET_VERSION"
+  mkdir -p "$jshare/crd"
+  cp "$src"/config/components/crd/bases/*.yaml "$jshare/crd/"
+  cp "$src/config/components/webhook/manifests.yaml" "$jshare/webhooks.yaml"
+  chmod -R u+w "$share" "$jshare"
 }
 
 build_promtool() {
@@ -292,11 +286,10 @@ outputs() { # target
     helm) echo "helm-$HELM_VERSION" ;;
     training-operator) echo "training-operator-$TRAINING_OPERATOR_VERSION" ;;
     kueue) echo "kueue-$KUEUE_VERSION" ;;
-    trainer) echo "trainer-controller-manager-$TRAINER_VERSION" ;;
-    jobset) echo "jobset-$JOBSET_VERSION" ;;
+    trainer) echo "trainer-controller-manager-$TRAINER_VERSION"; echo "jobset-$JOBSET_VERSION" ;;
     actionlint) echo "actionlint-$ACTIONLINT_VERSION" ;;
     promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
-    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue trainer jobset actionlint promtool" ;;
+    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue trainer actionlint promtool" ;;
   esac
 }
 
@@ -309,7 +302,7 @@ missing_target() { # target
 purpose=""
 if [ "${1:-}" = "--for" ]; then purpose=" for ${2:?--for needs a value}"; shift 2; fi
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue jobset trainer actionlint kube promtool)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue trainer actionlint kube promtool)
 for t in "${targets[@]}"; do outputs "$t" >/dev/null || exit 1; done
 planned=()
 for t in "${targets[@]}"; do
@@ -332,7 +325,6 @@ for t in "${targets[@]}"; do
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
     trainer) build_trainer ;;
-    jobset) build_jobset ;;
     promtool) build_promtool ;;
   esac
 done

@@ -25,7 +25,7 @@ BINARIES = {
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
     "trainer-controller-manager": ("TRAINER_VERSION", "trainer"),
-    "jobset": ("JOBSET_VERSION", "jobset"),
+    "jobset": ("JOBSET_VERSION", "trainer"),
     "promtool": ("PROMETHEUS_VERSION", "promtool"),
 }
 
