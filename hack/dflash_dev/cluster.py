@@ -4,7 +4,8 @@ as tracked processes on loopback with TLS and RBAC.
 
 `up()` is idempotent (a healthy cluster of the same layout returns at once); `down()` stops
 everything and removes the state. Binaries come from `binaries.py` (built once per version);
-the backends' own pieces from `trainer_v2.py` and `training_operator.py`.
+the Kubernetes processes from `kube_components.py`, the backends' own pieces from
+`trainer_v2.py` and `training_operator.py`, Kueue's from `kueue.py` and `topology.py`.
 """
 
 from __future__ import annotations
