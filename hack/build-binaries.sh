@@ -255,7 +255,7 @@ build_trainer() {
         "$bin/trainer-controller-manager-$TRAINER_VERSION"
       mv "$bin/jobset-$JOBSET_VERSION.tmp" "$bin/jobset-$JOBSET_VERSION"
     }
-    timed trainer "trainer-controller-manager and jobset" "$TRAINER_VERSION" _trainer
+    timed trainer trainer-and-jobset "$TRAINER_VERSION" _trainer
     rm -rf "$dir"
   fi
   local src; src="$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
