@@ -27,7 +27,9 @@ venv: uv ## create .venv from uv.lock (exact pins; torch is cached by uv after t
 
 # What each entry point needs of hack/build-binaries.sh (built once per version into
 # ~/.cache/dflash/bin): the control plane (the demo, the cluster, e2e) and the test-only tools.
-CLUSTER_BINARIES := etcd kube kwok helm training-operator kueue
+# Both training backends: Kubeflow Trainer v2 (trainer: its controller and JobSet's) and the
+# training-operator v1.
+CLUSTER_BINARIES := etcd kube kwok helm trainer training-operator kueue
 BUILD_BINARIES = bash hack/build-binaries.sh --for "make $(or $(MAKECMDGOALS),$@)"
 LINK_TOOLS = mkdir -p .local/bin && . hack/versions.env && cache="$${DFLASH_CACHE:-$$HOME/.cache/dflash}" && \
 	ln -sf "$$cache/bin/kubectl-$$KUBERNETES_VERSION" .local/bin/kubectl && \

@@ -2,7 +2,8 @@
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
 # Usage: hack/build-binaries.sh [--for "make demo"] [name ...]
-#   names: etcd kube kwok helm training-operator kueue actionlint promtool (none: all of them)
+#   names: etcd kube kwok helm training-operator kueue trainer actionlint promtool
+#   (none: all of them; trainer builds the trainer and JobSet controllers)
 # Each binary is skipped when its cached file exists. Before building, it says what it will
 # build, for what, and about how long it takes; while building, a progress line (elapsed time
 # against the estimate). Nothing is downloaded from GitHub or dl.k8s.io: only the Go module proxy.
@@ -48,6 +49,7 @@ new_module() {
 # machine's load. The estimates the plan and the progress line show.
 declare -A ESTIMATE=(
   [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
+  [trainer]=600
   [actionlint]=150 [promtool]=700
 )
 planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
@@ -224,6 +226,52 @@ build_kueue() {
   chmod -R u+w "$share"
 }
 
+# Kubeflow Trainer v2's controller manager (the TrainJob and runtime controllers and their
+# webhook server, one binary) and the JobSet controller it builds on (its webhook server in the
+# same binary), built together in one wrapper module: one build list (the trainer's go.mod needs
+# jobset v0.12.0; MVS lifts jobset's k8s.io patch versions to the trainer's), so the Kubernetes
+# libraries compile once for both. `go install sigs.k8s.io/jobset@v` is refused anyway: its
+# deprecation check reads the module's version list, which the proxy does not serve; a
+# `go build` of the main package in a module that requires it asks for no list.
+# CRDs, webhook configurations and the torch runtime come from the module zips.
+build_trainer() {
+  if ! have trainer-controller-manager "$TRAINER_VERSION" || ! have jobset "$JOBSET_VERSION"; then
+    check_proxy github.com/kubeflow/trainer/v2 "$TRAINER_VERSION"
+    check_proxy sigs.k8s.io/jobset "$JOBSET_VERSION"
+    local dir; dir="$(new_module trainer)"
+    _trainer() {
+      cd "$dir"
+      go mod edit -require "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" \
+        -require "sigs.k8s.io/jobset@$JOBSET_VERSION"
+      go build -trimpath -p "$jobs" -ldflags "-s -w" \
+        -o "$bin/trainer-controller-manager-$TRAINER_VERSION.tmp" \
+        github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+      go build -trimpath -p "$jobs" \
+        -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+        -o "$bin/jobset-$JOBSET_VERSION.tmp" sigs.k8s.io/jobset
+      grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" go.mod \
+        || { echo "the build list moved jobset off $JOBSET_VERSION:"; cat go.mod; exit 1; }
+      mv "$bin/trainer-controller-manager-$TRAINER_VERSION.tmp" \
+        "$bin/trainer-controller-manager-$TRAINER_VERSION"
+      mv "$bin/jobset-$JOBSET_VERSION.tmp" "$bin/jobset-$JOBSET_VERSION"
+    }
+    timed trainer trainer-and-jobset "$TRAINER_VERSION" _trainer
+    rm -rf "$dir"
+  fi
+  local src; src="$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  local share="$cache/share/trainer-$TRAINER_VERSION"
+  mkdir -p "$share/crd" "$share/runtimes"
+  cp "$src"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$share/crd/"
+  cp "$src/manifests/base/webhook/manifests.yaml" "$share/webhooks.yaml"
+  cp "$src/manifests/base/runtimes/torch_distributed.yaml" "$share/runtimes/"
+  src="$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  local jshare="$cache/share/jobset-$JOBSET_VERSION"
+  mkdir -p "$jshare/crd"
+  cp "$src"/config/components/crd/bases/*.yaml "$jshare/crd/"
+  cp "$src/config/components/webhook/manifests.yaml" "$jshare/webhooks.yaml"
+  chmod -R u+w "$share" "$jshare"
+}
+
 build_promtool() {
   go_install promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ""
 }
@@ -238,9 +286,10 @@ outputs() { # target
     helm) echo "helm-$HELM_VERSION" ;;
     training-operator) echo "training-operator-$TRAINING_OPERATOR_VERSION" ;;
     kueue) echo "kueue-$KUEUE_VERSION" ;;
+    trainer) echo "trainer-controller-manager-$TRAINER_VERSION"; echo "jobset-$JOBSET_VERSION" ;;
     actionlint) echo "actionlint-$ACTIONLINT_VERSION" ;;
     promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
-    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool" ;;
+    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue trainer actionlint promtool" ;;
   esac
 }
 
@@ -253,7 +302,7 @@ missing_target() { # target
 purpose=""
 if [ "${1:-}" = "--for" ]; then purpose=" for ${2:?--for needs a value}"; shift 2; fi
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue trainer actionlint kube promtool)
 for t in "${targets[@]}"; do outputs "$t" >/dev/null || exit 1; done
 planned=()
 for t in "${targets[@]}"; do
@@ -275,6 +324,7 @@ for t in "${targets[@]}"; do
     helm) build_helm ;;
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
+    trainer) build_trainer ;;
     promtool) build_promtool ;;
   esac
 done

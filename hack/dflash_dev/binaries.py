@@ -24,6 +24,8 @@ BINARIES = {
     "actionlint": ("ACTIONLINT_VERSION", "actionlint"),
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
+    "trainer-controller-manager": ("TRAINER_VERSION", "trainer"),
+    "jobset": ("JOBSET_VERSION", "trainer"),
     "promtool": ("PROMETHEUS_VERSION", "promtool"),
 }
 
@@ -52,6 +54,8 @@ def share_dir(name: str) -> Path:
         "kwok": "KWOK_VERSION",
         "training-operator": "TRAINING_OPERATOR_VERSION",
         "kueue": "KUEUE_VERSION",
+        "trainer": "TRAINER_VERSION",
+        "jobset": "JOBSET_VERSION",
     }[name]
     return cache_root() / "share" / f"{name}-{versions()[key]}"
 

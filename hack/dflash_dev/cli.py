@@ -16,6 +16,7 @@ def _cluster_up(_: argparse.Namespace) -> None:
     info = cluster.up()
     verb = "already up" if was_up else f"up in {time.monotonic() - start:.1f}s"
     print(f"cluster {verb}: Kubernetes {info.kubernetes_version} at {info.server}")
+    print(f"  training backends: {', '.join(info.backends)} ({cluster.BACKENDS_ENV} picks them)")
     print(f"  export KUBECONFIG={info.kubeconfig}")
 
 
@@ -29,6 +30,7 @@ def _cluster_status(_: argparse.Namespace) -> None:
         print("cluster: down")
         sys.exit(1)
     print(f"cluster: up, Kubernetes {info.kubernetes_version} at {info.server}")
+    print(f"  training backends: {', '.join(info.backends)}")
 
 
 def _kubeconfig(_: argparse.Namespace) -> None:

@@ -1,52 +1,53 @@
 """The local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok, the
-Kubeflow training-operator and Kueue, as tracked processes on loopback with TLS and RBAC.
+training backends (Kubeflow Trainer v2 on JobSet, the training-operator v1, or both) and Kueue,
+as tracked processes on loopback with TLS and RBAC.
 
-`up()` is idempotent (a healthy cluster returns at once); `down()` stops everything and
-removes the state. Binaries come from `binaries.py` (built once per version).
+`up()` is idempotent (a healthy cluster of the same layout returns at once); `down()` stops
+everything and removes the state. Binaries come from `binaries.py` (built once per version);
+the Kubernetes processes from `kube_components.py`, the backends' own pieces from
+`trainer_v2.py` and `training_operator.py`, Kueue's from `kueue.py` and `topology.py`.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 import shutil
-import ssl
 import subprocess
-import time
-import urllib.error
-import urllib.request
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from . import binaries, kueue, procs
+from . import binaries, kueue, procs, topology, trainer_v2, training_operator
 from .certs import ensure_pki
 from .errors import DevError
+from .kube_components import http_get, start_etcd_and_apiserver, start_kube_components, wait
 from .kube_wait import local_readyz
 from .nodes import build_nodes
-from .paths import REPO_ROOT, state_root
+from .paths import state_root
 from .ports import free_ports
 
-PYTORCH_INIT_CONTAINER = (
-    REPO_ROOT / "examples" / "production" / "training-operator" / "initContainer.yaml"
-)
-
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
-READY_TIMEOUT_SECONDS = 90.0
+# The training backends a cluster can serve: Kubeflow Trainer v2 (TrainJob, with the JobSet
+# controller) and the training-operator v1 (PyTorchJob). Both by default; a test or a developer
+# picks one with DFLASH_CLUSTER_BACKENDS=trainer (or =training-operator), or up(backends=...).
+TRAINER = "trainer"
+TRAINING_OPERATOR = "training-operator"
+ALL_BACKENDS = (TRAINER, TRAINING_OPERATOR)
+BACKENDS_ENV = "DFLASH_CLUSTER_BACKENDS"
 # Start order matters for the first three; the rest start together once the apiserver is up.
-COMPONENTS = (
+BASE_COMPONENTS = (
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
-    "training-operator",
-    "kueue",
 )
+BACKEND_COMPONENTS = {TRAINER: ("jobset", "trainer"), TRAINING_OPERATOR: ("training-operator",)}
+# Every component any layout runs (down() stops whichever are running).
+COMPONENTS = (*BASE_COMPONENTS, "jobset", "trainer", "training-operator", "kueue")
 CLIENTS = {
     "admin": ("admin", "system:masters"),
     "controller-manager": ("system:kube-controller-manager", None),
@@ -55,6 +56,8 @@ CLIENTS = {
     # full rights here (a dev cluster); the DFlash operator itself runs with the chart's RBAC.
     "kwok": ("kwok-controller", "system:masters"),
     "training-operator": ("training-operator", "system:masters"),
+    "jobset": ("jobset", "system:masters"),
+    "trainer": ("trainer", "system:masters"),
     "kueue": ("kueue", "system:masters"),
 }
 
@@ -69,11 +72,40 @@ class ClusterInfo:
     # What the components were started with (versions, files they read at start): a running
     # cluster of another layout is restarted, not reused (a checkout that changed them).
     layout: str = ""
+    # The training backends it serves (ALL_BACKENDS order).
+    backends: list[str] = field(default_factory=lambda: list(ALL_BACKENDS))
 
 
-def layout() -> str:
+def requested_backends(value: str | Iterable[str] | None = None) -> tuple[str, ...]:
+    """The backends to serve: `value` (a comma-separated string or names), else
+    $DFLASH_CLUSTER_BACKENDS, else both. Unknown names are refused, naming what is accepted."""
+    if value is None:
+        value = os.environ.get(BACKENDS_ENV, "")
+    source = f"{BACKENDS_ENV}={value!r}" if isinstance(value, str) else f"backends={value!r}"
+    raw = value.split(",") if isinstance(value, str) else list(value)
+    names = {name.strip() for name in raw if name.strip()}
+    if not names:
+        return ALL_BACKENDS
+    unknown = sorted(names - set(ALL_BACKENDS))
+    if unknown:
+        raise DevError(
+            f"{source}: unknown training backend {', '.join(unknown)}; accepted: "
+            f"{TRAINER} (Kubeflow Trainer v2 with JobSet), {TRAINING_OPERATOR} (training-operator "
+            "v1), or both, comma-separated (the default)"
+        )
+    return tuple(name for name in ALL_BACKENDS if name in names)
+
+
+def components(backends: Iterable[str]) -> tuple[str, ...]:
+    chosen = set(backends)
+    extra = [c for b in ALL_BACKENDS if b in chosen for c in BACKEND_COMPONENTS[b]]
+    return (*BASE_COMPONENTS, *extra, "kueue")
+
+
+def layout(backends: Iterable[str] = ALL_BACKENDS) -> str:
     digest = hashlib.sha256(binaries.VERSIONS_FILE.read_bytes())
-    digest.update(PYTORCH_INIT_CONTAINER.read_bytes())
+    digest.update(training_operator.PYTORCH_INIT_CONTAINER.read_bytes())
+    digest.update(",".join(sorted(backends)).encode())
     return digest.hexdigest()[:16]
 
 
@@ -96,32 +128,16 @@ def read_info() -> ClusterInfo | None:
         return None
 
 
-def _ssl_context(pki: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    return ctx
-
-
-def _get(url: str, pki: Path, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, context=_ssl_context(pki), timeout=timeout) as resp:
-            return int(resp.status), resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(exc)
-
-
 def is_healthy(info: ClusterInfo | None = None) -> bool:
     """Every component process is alive and the apiserver answers /readyz."""
     info = info or read_info()
     if info is None:
         return False
-    for name in COMPONENTS:
+    for name in components(info.backends):
         tracked = procs.read_tracked(Path(info.state_dir), name)
         if tracked is None or not tracked.is_alive():
             return False
-    code, _ = _get(f"{info.server}/readyz", Path(info.state_dir) / "pki")
+    code, _ = http_get(f"{info.server}/readyz", Path(info.state_dir) / "pki")
     return code == 200
 
 
@@ -153,22 +169,6 @@ def _write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     path.chmod(0o600)
 
 
-def _wait(what: str, check: object, tracked: list[procs.Tracked], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in tracked:
-            if not proc.is_alive():
-                raise DevError(
-                    f"{proc.name} exited while waiting for {what}; last log lines "
-                    f"({proc.log}):\n{procs.tail(proc.log)}"
-                )
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {p.name} ({p.log})\n{procs.tail(p.log, 10)}" for p in tracked)
-    raise DevError(f"timed out after {timeout:.0f}s waiting for {what}\n{logs}")
-
-
 def kubectl_binary() -> Path:
     return binaries.cached_path("kubectl")
 
@@ -183,26 +183,25 @@ def kubectl(
     return result
 
 
-def up() -> ClusterInfo:
-    """Start the whole control plane (or return at once when it is already up and healthy)."""
+def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
+    """Start the whole control plane with the given training backends (see
+    `requested_backends`), or return at once when it is already up, healthy, and of this layout;
+    a cluster of another layout (versions, backends) is restarted."""
+    chosen = requested_backends(backends)
     info = read_info()
     if info is not None and is_healthy(info):
-        if info.layout == layout():
+        if info.layout == layout(chosen):
             return info
-        print("the local cluster was started with other versions or settings: restarting it")
+        print("the local cluster was started with other versions or backends: restarting it")
     down()
-    paths = binaries.ensure_built(
-        [
-            "etcd",
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-            "kubectl",
-            "kwok",
-            "training-operator",
-            "kueue",
-        ]
-    )
+    with_trainer, with_v1 = TRAINER in chosen, TRAINING_OPERATOR in chosen
+    wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"]
+    wanted += ["kwok", "kueue"]
+    if with_trainer:
+        wanted += ["jobset", "trainer-controller-manager"]
+    if with_v1:
+        wanted += ["training-operator"]
+    paths = binaries.ensure_built(wanted)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
     pki = state / "pki"
@@ -217,6 +216,10 @@ def up() -> ClusterInfo:
         "to-metrics",
         "to-probe",
         "to-webhook",
+        "jobset-webhook",
+        "jobset-probe",
+        "trainer-webhook",
+        "trainer-probe",
         "kueue-webhook",
         "kueue-metrics",
         "kueue-probe",
@@ -230,186 +233,71 @@ def up() -> ClusterInfo:
     kubeconfig_path().chmod(0o600)
     version = binaries.version_of("kube-apiserver")
 
-    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    etcd = procs.start(
-        state,
-        "etcd",
-        [
-            str(paths["etcd"]),
-            "--name=dflash",
-            f"--data-dir={state / 'etcd-data'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-cluster=dflash=http://127.0.0.1:{ports['etcd-peer']}",
-            "--unsafe-no-fsync=true",  # test data: durability is not needed, speed is
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ],
-    )
-    _wait("etcd", lambda: _etcd_healthy(etcd_url), [etcd], 30)
+    etcd, apiserver = start_etcd_and_apiserver(state, paths, ports, server, pki)
+    core = [etcd, apiserver]
+    everything = [*core, *start_kube_components(state, paths, ports)]
 
-    apiserver = procs.start(
-        state,
-        "kube-apiserver",
-        [
-            str(paths["kube-apiserver"]),
-            f"--etcd-servers={etcd_url}",
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['apiserver']}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
-            "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.key'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--enable-admission-plugins=NodeRestriction",
-            "--profiling=false",
-            "--v=1",
-        ],
-    )
-    _wait(
-        "kube-apiserver /readyz",
-        lambda: _get(f"{server}/readyz", pki)[0] == 200,
-        [etcd, apiserver],
-        READY_TIMEOUT_SECONDS,
-    )
-
-    env = dict(os.environ)
-    kcm = procs.start(
-        state,
-        "kube-controller-manager",
-        [
-            str(paths["kube-controller-manager"]),
-            f"--kubeconfig={state / 'controller-manager.kubeconfig'}",
-            f"--authentication-kubeconfig={state / 'controller-manager.kubeconfig'}",
-            f"--authorization-kubeconfig={state / 'controller-manager.kubeconfig'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['kcm']}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            "--use-service-account-credentials=true",
-            "--leader-elect=false",
-            # No cloud, no kubelets: node lifecycle would evict pods of kwok nodes that
-            # miss a heartbeat during a slow test; everything else (job, garbage collector,
-            # ttl-after-finished, serviceaccount, namespace, endpoints...) runs.
-            "--controllers=*,-nodelifecycle,-node-ipam-controller,-cloud-node-lifecycle-controller,"
-            "-service-lb-controller,-node-route-controller",
-            f"--cluster-cidr={POD_CIDR}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--v=1",
-        ],
-        env=env,
-    )
-    scheduler = procs.start(
-        state,
-        "kube-scheduler",
-        [
-            str(paths["kube-scheduler"]),
-            f"--kubeconfig={state / 'scheduler.kubeconfig'}",
-            f"--authentication-kubeconfig={state / 'scheduler.kubeconfig'}",
-            f"--authorization-kubeconfig={state / 'scheduler.kubeconfig'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['scheduler']}",
-            "--leader-elect=false",
-            "--v=1",
-        ],
-        env=env,
-    )
-    kwok = procs.start(
-        state,
-        "kwok",
-        [
-            str(paths["kwok"]),
-            f"--kubeconfig={state / 'kwok.kubeconfig'}",
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--config={REPO_ROOT / 'hack' / 'kwok' / 'stages.yaml'}",
-            f"--server-address=127.0.0.1:{ports['kwok']}",
-            f"--cidr={POD_CIDR}",
-            "--node-ip=127.0.0.1",
-        ],
-        env=env,
-    )
-
-    # The training-operator's cert rotator wants its namespace, its Secret and a webhook
-    # configuration of its name to exist before it reports ready. The configuration holds
-    # no webhooks, so the apiserver never calls the operator's webhook server.
-    kubectl("create", "namespace", "kubeflow")
-    kubectl("create", "secret", "generic", "training-operator-webhook-cert", "-n", "kubeflow")
-    kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=yaml.safe_dump(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingWebhookConfiguration",
-                "metadata": {"name": "validator.training-operator.kubeflow.org"},
-                "webhooks": [],
-            }
-        ),
-    )
-    crd = binaries.share_dir("training-operator") / "kubeflow.org_pytorchjobs.yaml"
-    kubectl("apply", "--server-side", "-f", str(crd))
-    _wait(
-        "the PyTorchJob CRD",
-        lambda: _crd_established("pytorchjobs.kubeflow.org"),
-        [etcd, apiserver],
-        60,
-    )
+    crds: list[Path] = []
+    crd_names: list[str] = []
+    if with_v1:
+        training_operator.prepare(kubectl)
+        crds += training_operator.crd_files()
+        crd_names += training_operator.CRDS
+    if with_trainer:
+        crds += trainer_v2.crd_files()
+        crd_names += [*trainer_v2.JOBSET_CRDS, *trainer_v2.TRAINER_CRDS]
     kubectl("create", "namespace", kueue.NAMESPACE)
-    for crd_file in kueue.crd_files():
+    crds += kueue.crd_files()
+    crd_names += [f"{name}.kueue.x-k8s.io" for name in kueue.CRDS]
+    for crd_file in crds:
         kubectl("apply", "--server-side", "-f", str(crd_file))
-    for crd_name in kueue.CRDS:
-        _wait(
+    for crd_name in crd_names:
+        wait(
             f"the {crd_name} CRD",
-            lambda crd_name=crd_name: _crd_established(f"{crd_name}.kueue.x-k8s.io"),
-            [etcd, apiserver],
+            lambda crd_name=crd_name: _crd_established(crd_name),
+            core,
             60,
         )
-    training_operator = procs.start(
-        state,
-        "training-operator",
-        [
-            str(paths["training-operator"]),
-            "--enable-scheme=pytorchjob",
-            f"--metrics-bind-address=127.0.0.1:{ports['to-metrics']}",
-            f"--health-probe-bind-address=127.0.0.1:{ports['to-probe']}",
-            f"--webhook-server-port={ports['to-webhook']}",
-            "--leader-elect=false",
-            "--controller-threads=4",
-            # The Worker init container that Pod Security "restricted" accepts, as the
-            # production guide installs it (examples/production/training-operator/).
-            f"--pytorch-init-container-template-file={PYTORCH_INIT_CONTAINER}",
-        ],
-        env=dict(env, KUBECONFIG=str(state / "training-operator.kubeconfig")),
-        cwd=state,
+
+    env = dict(os.environ)
+    if with_v1:
+        everything.append(
+            procs.start(
+                state,
+                "training-operator",
+                training_operator.command(paths["training-operator"], ports),
+                env=dict(env, KUBECONFIG=str(state / "training-operator.kubeconfig")),
+                cwd=state,
+            )
+        )
+    if with_trainer:
+        everything += _start_trainer_v2(state, paths, ports, pki, env)
+    frameworks = kueue.frameworks(with_trainer=with_trainer, with_training_operator=with_v1)
+    everything.append(
+        procs.start(
+            state,
+            "kueue",
+            kueue.command(
+                state, paths["kueue"], kueue.write_config(state, pki, ports, frameworks), ports
+            ),
+            env=dict(env, KUBECONFIG=str(state / "kueue.kubeconfig")),
+            cwd=state,
+        )
     )
-    kueue_process = procs.start(
-        state,
-        "kueue",
-        kueue.command(state, paths["kueue"], kueue.write_config(state, pki, ports), ports),
-        env=dict(env, KUBECONFIG=str(state / "kueue.kubeconfig")),
-        cwd=state,
-    )
-    everything = [etcd, apiserver, kcm, scheduler, kwok, training_operator, kueue_process]
-    # In a real deployment the Secret the rotator fills is mounted at its cert dir; here we
-    # copy it there ourselves (the path is fixed in training-operator's pkg/cert).
-    _wait("the training-operator's webhook Secret", _install_webhook_certs, everything, 60)
+    if with_v1:
+        wait(
+            "the training-operator's webhook Secret",
+            lambda: training_operator.install_webhook_certs(kubectl),
+            everything,
+            60,
+        )
 
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(build_nodes()))
-    _wait("fake nodes Ready", lambda: _nodes_ready(len(build_nodes())), everything, 60)
+    wait("fake nodes Ready", lambda: _nodes_ready(len(build_nodes())), everything, 60)
     # The apiserver taints new nodes not-ready; the node lifecycle controller that would lift
-    # the taint is off (see above), so lift it once kwok reports the nodes Ready.
+    # the taint is off (see kube_components.py), so lift it once kwok reports them Ready.
     kubectl("taint", "nodes", "--all", "node.kubernetes.io/not-ready:NoSchedule-", check=False)
-    _wait(
+    wait(
         "the default ServiceAccount",
         lambda: (
             kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode
@@ -418,14 +306,27 @@ def up() -> ClusterInfo:
         everything,
         60,
     )
-    _wait("the training-operator", lambda: local_readyz(ports["to-probe"]), everything, 60)
+    if with_v1:
+        wait("the training-operator", lambda: local_readyz(ports["to-probe"]), everything, 60)
 
-    # Kueue's webhooks go in once it serves them (failurePolicy Fail: registered earlier, they
-    # would refuse Jobs while it starts).
-    _wait("Kueue", lambda: local_readyz(ports["kueue-probe"]), everything, 90)
+    # Webhooks go in once their servers serve them (failurePolicy Fail: registered earlier, they
+    # would refuse objects while the controllers start).
     ca_bundle = (pki / "ca.crt").read_bytes()
-    configurations = kueue.webhook_configurations(ca_bundle, ports["kueue-webhook"])
+    if with_trainer:
+        wait("JobSet", lambda: local_readyz(ports["jobset-probe"]), everything, 90)
+        wait("Kubeflow Trainer", lambda: local_readyz(ports["trainer-probe"]), everything, 90)
+        hooks = [
+            *trainer_v2.jobset_webhook_configurations(ca_bundle, ports["jobset-webhook"]),
+            *trainer_v2.trainer_webhook_configurations(ca_bundle, ports["trainer-webhook"]),
+        ]
+        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(hooks))
+        for runtime in trainer_v2.runtime_files():
+            _apply_when_served(runtime, everything)
+    wait("Kueue", lambda: local_readyz(ports["kueue-probe"]), everything, 90)
+    configurations = kueue.webhook_configurations(ca_bundle, ports["kueue-webhook"], frameworks)
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
+    # Topology-aware scheduling: the Topology of the fake nodes and a flavor per GPU pool.
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(topology.build_objects()))
 
     info = ClusterInfo(
         server=server,
@@ -433,18 +334,56 @@ def up() -> ClusterInfo:
         state_dir=str(state),
         ports=ports,
         kubernetes_version=version,
-        layout=layout(),
+        layout=layout(chosen),
+        backends=list(chosen),
     )
     _info_file().write_text(json.dumps(asdict(info), indent=2))
     return info
 
 
-def _etcd_healthy(url: str) -> bool:
+def _start_trainer_v2(
+    state: Path, paths: dict[str, Path], ports: dict[str, int], pki: Path, env: dict[str, str]
+) -> list[procs.Tracked]:
+    """The JobSet controller and Kubeflow Trainer's controller manager (each with its webhook
+    server); their webhook configurations go in once they are ready (`up`)."""
+    jobset = procs.start(
+        state,
+        "jobset",
+        trainer_v2.jobset_command(
+            paths["jobset"], trainer_v2.write_jobset_config(state, pki, ports)
+        ),
+        env=dict(env, KUBECONFIG=str(state / "jobset.kubeconfig")),
+        cwd=state,
+    )
+    trainer = procs.start(
+        state,
+        "trainer",
+        trainer_v2.trainer_command(
+            paths["trainer-controller-manager"], trainer_v2.write_trainer_config(state, pki, ports)
+        ),
+        env=dict(
+            env, KUBECONFIG=str(state / "trainer.kubeconfig"), **trainer_v2.trainer_env(state)
+        ),
+        cwd=state,
+    )
+    return [jobset, trainer]
+
+
+def _apply_when_served(manifest: Path, tracked: list[procs.Tracked]) -> None:
+    """Apply through a webhook that was just registered: the API server may take a moment to
+    reach it, so a refusal is retried until the deadline, then reported."""
+    last = ""
+
+    def applied() -> bool:
+        nonlocal last
+        result = kubectl("apply", "--server-side", "-f", str(manifest), check=False)
+        last = result.stderr.strip()
+        return result.returncode == 0
+
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-            return '"health":"true"' in resp.read().decode().replace(" ", "")
-    except (urllib.error.URLError, OSError):
-        return False
+        wait(f"{manifest.name} applied", applied, tracked, 30)
+    except DevError as exc:
+        raise DevError(f"{exc}\nlast kubectl error: {last}") from exc
 
 
 def _crd_established(name: str) -> bool:
@@ -469,34 +408,6 @@ def _nodes_ready(expected: int) -> bool:
             if cond.get("type") == "Ready" and cond.get("status") == "True":
                 ready += 1
     return ready >= expected
-
-
-WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # noqa: S108 (upstream path)
-
-
-def _install_webhook_certs() -> bool:
-    result = kubectl(
-        "get",
-        "secret",
-        "training-operator-webhook-cert",
-        "-n",
-        "kubeflow",
-        "-o",
-        "json",
-        check=False,
-    )
-    if result.returncode != 0:
-        return False
-    data = json.loads(result.stdout).get("data") or {}
-    if "tls.crt" not in data or "tls.key" not in data:
-        return False
-    WEBHOOK_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    for name in ("tls.crt", "tls.key"):
-        target = WEBHOOK_CERT_DIR / name
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(base64.b64decode(data[name]))
-        tmp.replace(target)
-    return True
 
 
 def down() -> bool:

@@ -1,10 +1,11 @@
 """Kueue on the local control plane: its CRDs, its configuration, and its webhooks, which the
 API server calls over loopback TLS (a `url` clientConfig, the project's CA as caBundle).
 
-Only the integrations the pipeline uses are on (`batch/job`, `kubeflow.org/pytorchjob`), and
-only the webhooks of those kinds and of Kueue's own objects are registered: a webhook for a
-kind Kueue does not serve (pods, deployments) would refuse every such object (failurePolicy
-Fail). Jobs without the `kueue.x-k8s.io/queue-name` label are left alone
+Only the integrations the pipeline uses are on, each listed explicitly: `batch/job`, and per
+training backend the cluster serves `trainer.kubeflow.org/trainjob` (Trainer v2) and
+`kubeflow.org/pytorchjob` (training-operator v1; Kueue 0.19's defaults leave it out). Only the
+webhooks of those kinds and of Kueue's own objects are registered: a webhook for a kind Kueue
+does not serve (pods, deployments) would refuse every such object (failurePolicy Fail). Jobs without the `kueue.x-k8s.io/queue-name` label are left alone
 (`manageJobsWithoutQueueName: false`), so clusters, tests and runs that use no queue behave as
 without Kueue.
 """
@@ -22,21 +23,44 @@ import yaml
 from . import binaries
 from .errors import DevError
 
-# The resources whose webhooks are registered (the rest are for integrations that are off).
-SERVED_RESOURCES = frozenset(
-    {"jobs", "pytorchjobs", "workloads", "clusterqueues", "cohorts", "resourceflavors"}
-)
-FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob")
+# Kueue's own objects, whose webhooks are always registered.
+OWN_RESOURCES = frozenset({"workloads", "clusterqueues", "cohorts", "resourceflavors"})
+# The integrations the pipeline can use, and the resource each one's webhooks are for.
+JOB_FRAMEWORK = "batch/job"
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+PYTORCHJOB_FRAMEWORK = "kubeflow.org/pytorchjob"
+FRAMEWORK_RESOURCES = {
+    JOB_FRAMEWORK: "jobs",
+    TRAINJOB_FRAMEWORK: "trainjobs",
+    PYTORCHJOB_FRAMEWORK: "pytorchjobs",
+}
 NAMESPACE = "kueue-system"
 WEBHOOK_CONFIG_PREFIX = "kueue-"
-CRDS = ("workloads", "clusterqueues", "localqueues", "resourceflavors", "admissionchecks")
+CRDS = (
+    "workloads",
+    "clusterqueues",
+    "localqueues",
+    "resourceflavors",
+    "admissionchecks",
+    "topologies",
+)
 
 
 def crd_files() -> list[Path]:
     return sorted((binaries.share_dir("kueue") / "crd").glob("*.yaml"))
 
 
-def write_config(state: Path, pki: Path, ports: dict[str, int]) -> Path:
+def frameworks(*, with_trainer: bool, with_training_operator: bool) -> tuple[str, ...]:
+    """The integrations for a cluster's training backends (each backend's own kind)."""
+    out = [JOB_FRAMEWORK]
+    if with_trainer:
+        out.append(TRAINJOB_FRAMEWORK)
+    if with_training_operator:
+        out.append(PYTORCHJOB_FRAMEWORK)
+    return tuple(out)
+
+
+def write_config(state: Path, pki: Path, ports: dict[str, int], enabled: tuple[str, ...]) -> Path:
     """Kueue's Configuration file, and its webhook serving cert (the project's CA signs it:
     the API server's serving cert, whose SANs cover 127.0.0.1)."""
     certs = state / "kueue-certs"
@@ -53,7 +77,9 @@ def write_config(state: Path, pki: Path, ports: dict[str, int]) -> Path:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "integrations": {"frameworks": list(enabled)},
+        # Off by a feature gate (`command`); the port is ours all the same.
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": ports["kueue-visibility"]},
         "clientConnection": {"qps": 50, "burst": 100},
     }
     path = state / "kueue-config.yaml"
@@ -99,14 +125,17 @@ def command(state: Path, binary: Path, config: Path, ports: dict[str, int]) -> l
         f"--config={config}",
         # The on-demand visibility API server needs an APIService and its own port: not used.
         "--feature-gates=VisibilityOnDemand=false",
-        f"--visibility-server-port={ports['kueue-visibility']}",
         "--zap-log-level=info",
     ]
     return _in_private_etc(state, state / "kueue-certs", argv)
 
 
-def webhook_configurations(ca_bundle: bytes, port: int) -> list[dict[str, Any]]:
-    """Kueue's own webhook configurations, served at https://127.0.0.1:<port><path>."""
+def webhook_configurations(
+    ca_bundle: bytes, port: int, enabled: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations for its own objects and the `enabled` integrations,
+    served at https://127.0.0.1:<port><path>."""
+    served = OWN_RESOURCES | {FRAMEWORK_RESOURCES[name] for name in enabled}
     source = binaries.share_dir("kueue") / "webhooks.yaml"
     out = []
     for doc in yaml.safe_load_all(source.read_text()):
@@ -115,7 +144,7 @@ def webhook_configurations(ca_bundle: bytes, port: int) -> list[dict[str, Any]]:
         webhooks = []
         for hook in doc.get("webhooks") or ():
             resources = {r for rule in hook.get("rules") or () for r in rule.get("resources", ())}
-            if not resources & SERVED_RESOURCES:
+            if not resources & served:
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {

@@ -2,7 +2,9 @@
 and a local Hugging Face Hub (one per test).
 
 `cluster` reuses a running cluster when KUBECONFIG points at one that answers /readyz (or when
-this checkout's cluster is already up); otherwise it starts one and stops it at session end.
+this checkout's cluster is already up); otherwise it starts one and stops it at session end. It
+serves the training backends of $DFLASH_CLUSTER_BACKENDS (both by default); `cluster_backends`
+restarts it with other backends for one test.
 """
 
 from __future__ import annotations
@@ -143,6 +145,33 @@ def cluster() -> Iterator[ClusterHandle]:
         local_cluster.down()
     if guard:
         guard.terminate()
+
+
+@pytest.fixture
+def cluster_backends(cluster: ClusterHandle) -> Iterator[Callable[[str], ClusterHandle]]:
+    """`cluster_backends("trainer")` (or "training-operator", or both comma-separated) restarts
+    the local cluster serving only those training backends and returns its handle; after the
+    test, the session's cluster is restarted with the backends it had. A cluster this checkout
+    did not start (an external KUBECONFIG) cannot be restarted: the test is skipped."""
+    if cluster.kubeconfig != local_cluster.kubeconfig_path():
+        pytest.skip(f"needs the local control plane to restart; KUBECONFIG is {cluster.kubeconfig}")
+    info = local_cluster.read_info()
+    before = tuple(info.backends) if info else local_cluster.requested_backends()
+    changed: list[bool] = []
+
+    def restart(backends: str) -> ClusterHandle:
+        try:
+            started = local_cluster.up(backends)
+        except DevError as exc:
+            pytest.fail(f"the local control plane could not restart: {exc}", pytrace=False)
+        changed.append(tuple(started.backends) != before)
+        cluster._api = None  # the apiserver's port changed
+        return ClusterHandle(Path(started.kubeconfig), started_here=False)
+
+    yield restart
+    if any(changed):
+        local_cluster.up(before)
+        cluster._api = None
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).parents[3]
 SCRIPT = ROOT / "hack" / "build-binaries.sh"
-CLUSTER = {"etcd", "kube", "kwok", "helm", "training-operator", "kueue"}
+CLUSTER = {"etcd", "kube", "kwok", "helm", "trainer", "training-operator", "kueue"}
 TOOLS = {"actionlint", "promtool"}
 FAKE_GO = """#!/usr/bin/env bash
 case "$1" in
@@ -141,5 +141,5 @@ def test_an_unknown_name_is_refused_with_the_accepted_ones(fake_env: dict[str, s
     assert done.returncode == 1
     assert done.stderr.strip() == (
         "build-binaries: unknown binary 'kubelet'; accepted: etcd kube kwok helm "
-        "training-operator kueue actionlint promtool"
+        "training-operator kueue trainer actionlint promtool"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from dflash_dev.nodes import DEFAULT_POOLS, build_nodes
+from dflash_dev.nodes import BLOCK_LABEL, DEFAULT_POOLS, RACK_LABEL, build_nodes
 from dflash_dev.ports import free_port, free_ports, is_listening
 
 
@@ -32,7 +32,9 @@ def test_free_port_leaves_room_for_a_grpc_port_above_it() -> None:
 
 def test_default_pools_match_the_design() -> None:
     nodes = {n["metadata"]["name"]: n for n in build_nodes()}
-    assert sorted(nodes) == ["b200-0", "b200-1", "cpu-0", "rtx-pro-6000-0", "rtx-pro-6000-1"]
+    assert sorted(nodes) == [
+        "b200-0", "b200-1", "b200-2", "b200-3", "cpu-0", "rtx-pro-6000-0", "rtx-pro-6000-1"
+    ]  # fmt: skip
     b200 = nodes["b200-0"]
     assert b200["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-B200"
     assert b200["status"]["allocatable"]["nvidia.com/gpu"] == "8"
@@ -52,3 +54,15 @@ def test_default_pools_match_the_design() -> None:
         n["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"} for n in nodes.values()
     )
     assert {p.name for p in DEFAULT_POOLS} == {"b200", "rtx-pro-6000", "cpu"}
+
+
+def test_the_b200_nodes_are_two_racks_of_two_in_one_block_and_the_cpu_node_has_no_topology() -> (
+    None
+):
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in build_nodes()}
+    racks = {name: labels.get(RACK_LABEL) for name, labels in nodes.items()}
+    assert racks["b200-0"] == racks["b200-1"] == "block-0-rack-0"
+    assert racks["b200-2"] == racks["b200-3"] == "block-0-rack-1"
+    assert {nodes[f"b200-{i}"][BLOCK_LABEL] for i in range(4)} == {"block-0"}
+    assert racks["rtx-pro-6000-0"] == racks["rtx-pro-6000-1"] == "block-1-rack-0"
+    assert BLOCK_LABEL not in nodes["cpu-0"] and RACK_LABEL not in nodes["cpu-0"]
