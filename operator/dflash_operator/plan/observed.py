@@ -113,6 +113,9 @@ class PodView:
     gpus: float = 0.0
     started_at: datetime | None = None
     replica_type: str | None = None
+    # A TrainJob's pod: the UID of its JobSet (label jobset.sigs.k8s.io/jobset-uid), which
+    # the observer resolves to the TrainJob's UID in `owner_uid`.
+    jobset_uid: str | None = None
     # Why its main container has not started (kubelet's waiting state), e.g.
     # CreateContainerConfigError: 'secret "s3" not found'.
     waiting_reason: str | None = None
@@ -169,6 +172,9 @@ class Observed:
     create_failures: tuple[CreateFailure, ...] = field(default=())
     workloads: tuple[WorkloadView, ...] = ()
     lookups: tuple[Lookup, ...] = ()
+    # Workload kinds of training the API server serves (TrainJob, PyTorchJob), from API
+    # discovery; None: not looked up (every kind is taken as served).
+    served_kinds: frozenset[str] | None = None
 
     def child(self, kind: str, name: str) -> ChildView | None:
         for child in self.children:

@@ -18,8 +18,7 @@ from dflash_operator.api.constants import (
     Reason,
 )
 from dflash_operator.api.status import DFlashRunStatus
-from dflash_operator.children.kinds import summarize_pod, summarize_workload
-from dflash_operator.plan.draft import WORKLOAD_KINDS
+from dflash_operator.children.kinds import WORKLOAD_KINDS, summarize_pod, summarize_workload
 from dflash_operator.plan.observed import ChildView, Observed, PodView, WorkloadView
 from dflash_operator.runtime.kube import Kube, KubeError
 
