@@ -38,6 +38,11 @@ _PAIR_SEPARATOR = ","
 _HASH_SEPARATOR = ":"
 
 
+# spec.training.launcher lost its CRD default (pytorchjob, stored in older runs) and
+# runtimeRef is new: leaving them out while unset keeps the hashes of running children.
+UNSET_NOT_HASHED = ("launcher", "runtimeRef")
+
+
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -51,6 +56,11 @@ def stage_inputs(
     section = spec.section_of(stage)
     if section is not None:
         dumped = section.model_dump(mode="json", by_alias=True, exclude={"active_deadline_seconds"})
+        for key in UNSET_NOT_HASHED:
+            if dumped.get(key, "") is None:
+                # Fields added since children recorded their inputs: unset, they hash as
+                # before, so an operator upgrade restarts nothing that runs.
+                del dumped[key]
         parts[f"spec.{STAGE_SECTIONS[stage]}"] = _digest(dumped)
     storage = spec.storage.model_dump(mode="json", by_alias=True, exclude={"cleanup_policy"})
     parts["spec.storage"] = _digest(storage)
