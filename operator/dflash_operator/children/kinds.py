@@ -268,6 +268,16 @@ def summarize_child(body: Body) -> ChildView | None:
     )
 
 
+def summarize_jobset(body: Body) -> tuple[str, str] | None:
+    """(JobSet UID, UID of the TrainJob that controls it): how a TrainJob's pods, which name
+    only their JobSet, are matched to the TrainJob. None for a JobSet of no controller."""
+    meta = body.get("metadata") or {}
+    owner = controller_uid(meta)
+    if not meta.get("uid") or owner is None:
+        return None
+    return str(meta["uid"]), owner
+
+
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     for condition in status.get("conditions") or ():
         if condition.get("type") == type_:

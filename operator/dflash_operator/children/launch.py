@@ -38,6 +38,11 @@ class TrainingLauncher(Protocol):
     @property
     def restarts_in_place(self) -> bool: ...
 
+    @property
+    def runtime_kind(self) -> str | None:
+        """The kind of the runtime its workload references (looked up before creating it)."""
+        ...
+
     def build(
         self, ctx: PodContext, run_root: str, options: LaunchOptions, suspend: bool
     ) -> dict[str, Any]: ...

@@ -29,6 +29,7 @@ class PyTorchJobLauncher:
 
     kind = PYTORCHJOB
     restarts_in_place = True
+    runtime_kind = None
 
     def build(
         self, ctx: PodContext, run_root: str, options: LaunchOptions, suspend: bool

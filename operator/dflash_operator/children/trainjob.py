@@ -76,6 +76,7 @@ class TrainJobLauncher:
 
     kind = TRAINJOB
     restarts_in_place = False
+    runtime_kind = RUNTIME_KIND
 
     def build(
         self, ctx: PodContext, run_root: str, options: LaunchOptions, suspend: bool

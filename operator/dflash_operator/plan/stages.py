@@ -99,6 +99,11 @@ def stage_kind(ctx: StageContext, stage: Stage) -> ChildKind:
     return JOB
 
 
+def runtime_kind(launcher: Launcher) -> str | None:
+    """The kind of runtime the launcher's workload references (None: none)."""
+    return LAUNCHERS[launcher].runtime_kind
+
+
 def stage_restarts(ctx: StageContext, stage: Stage) -> int:
     """Failed children of a stage the operator follows with a new attempt (0: the child
     retries by itself, as Jobs and PyTorchJobs do; a TrainJob's JobSet fails on the first
