@@ -33,6 +33,7 @@ WARNING_REASONS = frozenset(
         Reason.CHILD_CREATE_FAILED,
         Reason.TRAINING_OPERATOR_MISSING,
         Reason.TRAINING_API_MISSING,
+        Reason.WORKLOAD_RESTARTED,
         Reason.OBJECT_MISSING,
         Reason.AUDIT_FAILED,
         Reason.INVALID_SPEC,

@@ -382,8 +382,9 @@ def _restart_failed(
         STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.WORKLOAD_RESTARTED, message
     )
     next_name = child_name(ctx.run.name, stage, next_attempt)
-    _start(ctx, draft, stage, next_attempt, child.kind, next_name, observed)
-    if observed.child(child.kind, next_name) is not None:
+    if observed.child(child.kind, next_name) is None:
+        _start(ctx, draft, stage, next_attempt, child.kind, next_name, observed)
+    else:  # created by this very pass: the next reconcile follows it
         draft.set_attempt(stage, next_attempt)
     return True
 

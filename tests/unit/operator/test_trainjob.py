@@ -18,7 +18,12 @@ from dflash_operator.children.kinds import TRAINJOB, summarize_child, summarize_
 from dflash_operator.children.meta import RunRef
 from dflash_operator.children.trainjob import OPERATOR_MANAGER
 from dflash_operator.plan.placement import place_stages
-from dflash_operator.plan.stages import PlanSettings, StageContext, build_pipeline, build_stage_child
+from dflash_operator.plan.stages import (
+    PlanSettings,
+    StageContext,
+    build_pipeline,
+    build_stage_child,
+)
 from dflash_operator.pools import PoolsConfig, parse_pools
 
 from .conftest import POOLS
