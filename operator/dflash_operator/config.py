@@ -90,7 +90,10 @@ class OperatorConfig(BaseModel):
         default=0,
         ge=0,
         le=65535,
-        description="Port of /readyz (ready: the PyTorchJob CRD is established); 0 disables it.",
+        description=(
+            "Port of /readyz (ready: the TrainJob or PyTorchJob CRD the default launcher may "
+            "use is established); 0 disables it."
+        ),
     )
     leader_election: bool = Field(
         default=False,
