@@ -19,7 +19,11 @@ from dflash_operator.api.constants import (
     LABEL_STAGE,
     Stage,
 )
-from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, ANNOTATION_SPEC_INPUTS
+from dflash_operator.children.meta import (
+    ANNOTATION_CONFIG_HASH,
+    ANNOTATION_FAILURE_RESTARTS,
+    ANNOTATION_SPEC_INPUTS,
+)
 from dflash_operator.plan.observed import (
     RUNNING,
     ChildView,
@@ -225,6 +229,10 @@ def _stage(labels: Mapping[str, str]) -> Stage | None:
         return None
 
 
+def _count(raw: str | None) -> int:
+    return int(raw) if raw and raw.isdigit() else 0
+
+
 def _attempt(labels: Mapping[str, str]) -> int:
     raw = labels.get(LABEL_ATTEMPT, "1")
     return int(raw) if raw.isdigit() else 1
@@ -262,6 +270,7 @@ def summarize_child(body: Body) -> ChildView | None:
         failed_indexes=status.get("failedIndexes") or None,
         config_hash=(meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH),
         spec_inputs=(meta.get("annotations") or {}).get(ANNOTATION_SPEC_INPUTS),
+        failure_restarts=_count((meta.get("annotations") or {}).get(ANNOTATION_FAILURE_RESTARTS)),
         active_deadline_seconds=child_kind.active_deadline(body),
         deleting=bool(meta.get("deletionTimestamp")),
         queue=labels.get(KUEUE_QUEUE_LABEL) or None,

@@ -45,6 +45,8 @@ class ChildView:
     # What a stage's child was rendered from (annotation dflash.dev/spec-inputs); None on
     # children made by an operator version before it (taken as current).
     spec_inputs: str | None = None
+    # Restarts after failures its stage had made when the operator created it (meta.py).
+    failure_restarts: int = 0
     active_deadline_seconds: int | None = None
     deleting: bool = False
     # The Kueue LocalQueue its labels name (kueue.x-k8s.io/queue-name); None: not queued.

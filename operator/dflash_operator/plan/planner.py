@@ -32,6 +32,7 @@ from dflash_operator.children.config_map import build_config_map
 from dflash_operator.children.kinds import WORKLOAD_KINDS
 from dflash_operator.children.meta import (
     ANNOTATION_CONFIG_HASH,
+    ANNOTATION_FAILURE_RESTARTS,
     ANNOTATION_SPEC_INPUTS,
     RunRef,
     build_run_root,
@@ -369,21 +370,20 @@ def _restart_failed(
     """A failed child of a kind that does not restart itself is followed by the next attempt
     (resuming from the newest checkpoint) while the stage's restarts last. True when it is."""
     limit = stage_restarts(ctx, stage)
-    failed = [c for c in observed.children if c.stage == stage and c.kind == child.kind
-              and c.finished.done and not c.finished.ok]  # fmt: skip
-    if len(failed) > limit or child.attempt >= MAX_ATTEMPT:
+    restart = child.failure_restarts + 1
+    if restart > limit or child.attempt >= MAX_ATTEMPT:
         return False
     next_attempt = child.attempt + 1
     message = Reason.WORKLOAD_RESTARTED.message(
         kind=child.kind, name=child.name, error=child.finished.message, stage=stage.value,
-        attempt=next_attempt, restart=len(failed), limit=limit,
+        attempt=next_attempt, restart=restart, limit=limit,
     )  # fmt: skip
     draft.set_condition(
         STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.WORKLOAD_RESTARTED, message
     )
     next_name = child_name(ctx.run.name, stage, next_attempt)
     if observed.child(child.kind, next_name) is None:
-        _start(ctx, draft, stage, next_attempt, child.kind, next_name, observed)
+        _start(ctx, draft, stage, next_attempt, child.kind, next_name, observed, restart)
     else:  # created by this very pass: the next reconcile follows it
         draft.set_attempt(stage, next_attempt)
     return True
@@ -397,8 +397,10 @@ def _start(
     kind: str,
     name: str,
     observed: Observed,
+    failure_restarts: int = 0,
 ) -> None:
-    """Create the stage's child (after its config and, for training, its identity)."""
+    """Create the stage's child (after its config and, for training, its identity);
+    `failure_restarts`: the restarts after failures it continues (annotated on it)."""
     earlier = [
         pod for pod in observed.pods
         if pod.stage == stage and pod.attempt <= attempt and pod.phase not in POD_DONE_PHASES
@@ -451,9 +453,10 @@ def _start(
     queued = stage_queue(ctx, stage) is not None
     manifest = build_stage_child(ctx, stage, attempt, suspend=queued)
     inputs = stage_inputs(ctx.spec, stage, config["data"])
-    manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_INPUTS] = format_inputs(
-        inputs
-    )
+    annotations = manifest["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_SPEC_INPUTS] = format_inputs(inputs)
+    if failure_restarts:
+        annotations[ANNOTATION_FAILURE_RESTARTS] = str(failure_restarts)
     requires = references.build_references(ctx, stage)
     draft.act(CreateChild(manifest, stage, attempt, requires=requires))
 

@@ -292,3 +292,48 @@ def test_auto_before_discovery_ever_answered_takes_trainjob_and_never_blocks() -
     after all is then named by its create failure (TrainingOperatorMissing)."""
     choice = choose_launcher(parse_spec(SPEC), DFlashRunStatus(), Observed(), Launcher.AUTO)
     assert choice == LauncherChoice(Launcher.TRAINJOB)
+
+
+def test_a_retried_trainjob_gets_its_restarts_again(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = trainjob_world(sim, **trains(make_spec, maxRestarts=1))
+    world.finish("r1-train", ok=False, message="JobSetFailed: a rank was killed")
+    world.settle()
+    assert (
+        world.manifests[("TrainJob", "r1-train-2")]["metadata"]["annotations"][
+            "dflash.dev/failure-restarts"
+        ]
+        == "1"
+    )
+    world.finish("r1-train-2", ok=False, message="JobSetFailed: a rank was killed")
+    world.settle()
+    assert world.status["phase"] == "Failed"
+
+    def retry(body: dict[str, Any]) -> None:
+        body["metadata"]["annotations"]["dflash.dev/retry"] = "again"
+
+    world.step(retry)
+    world.settle()
+    assert "dflash.dev/failure-restarts" not in world.manifests[("TrainJob", "r1-train-3")][
+        "metadata"]["annotations"]  # fmt: skip
+    world.finish("r1-train-3", ok=False, message="JobSetFailed: a rank was killed")
+    world.settle()
+    assert world.condition("Trained")["reason"] == "WorkloadRestarted"
+    assert "r1-train-4" in world.created
+
+
+def test_a_launcher_edit_never_restarts_the_running_training(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = trainjob_world(sim)
+
+    def edit(body: dict[str, Any]) -> None:
+        body["spec"]["training"]["launcher"] = "pytorchjob"
+        body["metadata"]["generation"] += 1
+
+    world.step(edit)
+    world.settle()
+    assert not any(isinstance(a, DeleteChild) for actions in world.actions for a in actions)
+    assert world.status["launcher"] == "trainjob"
+    assert world.status["observedGeneration"] == 2

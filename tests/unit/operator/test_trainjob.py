@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 from dflash_dev import openapi_check, third_party_crds
 from dflash_operator.api.constants import Stage
+from dflash_operator.api.naming import (
+    MAX_ATTEMPT,
+    MAX_RUN_NAME_LENGTH,
+    MAX_TRAINING_NODES,
+    child_name,
+)
 from dflash_operator.api.spec_training import Launcher
 from dflash_operator.api.validation import parse_spec
 from dflash_operator.children.kinds import TRAINJOB, summarize_child, summarize_pod
@@ -277,3 +283,11 @@ def test_a_trainjob_pod_names_its_jobset_and_rank() -> None:
     assert view is not None
     assert (view.owner_name, view.jobset_uid, view.replica_type) == ("r1-train-2", "js-uid",
                                                                       "worker")  # fmt: skip
+
+
+def test_the_longest_run_name_leaves_room_for_every_trainjob_hostname() -> None:
+    """JobSet names the Job `<trainjob>-node-0` and each pod's hostname `<job>-<index>`: a DNS
+    label, as long as the PyTorchJob's longest Service name, so the run-name limit holds."""
+    trainjob = child_name("r" * MAX_RUN_NAME_LENGTH, Stage.TRAIN, MAX_ATTEMPT)
+    hostname = f"{trainjob}-node-0-{MAX_TRAINING_NODES - 1}"
+    assert len(hostname) <= 63
