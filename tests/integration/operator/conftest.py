@@ -64,6 +64,15 @@ def imported_spec(make_spec: Any, **overrides: Any) -> dict[str, Any]:
     return spec
 
 
+def is_rank_zero(pod: dict[str, Any]) -> bool:
+    """The pod of torch rank 0 (whose result the operator reads): a PyTorchJob's Master, or a
+    TrainJob's completion index 0."""
+    labels = pod["metadata"].get("labels", {})
+    if "jobset.sigs.k8s.io/jobset-name" in labels:
+        return labels.get("batch.kubernetes.io/job-completion-index") == "0"
+    return labels.get("training.kubeflow.org/replica-type") == "master"
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
