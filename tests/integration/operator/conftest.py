@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dflash_dev import operator_local
+from dflash_dev import operator_local, third_party_crds
 from dflash_dev.kube_wait import get_json, wait_for
 from dflash_dev.pytest_plugin import ClusterHandle
 
@@ -319,6 +319,17 @@ class Harness:
 @pytest.fixture
 def make_spec() -> Any:
     return base_spec
+
+
+@pytest.fixture(scope="session")
+def trainer_crds(cluster: ClusterHandle) -> ClusterHandle:
+    """The Kubeflow Trainer v2.3.0 CRDs (TrainJob, ClusterTrainingRuntime) on the cluster, from
+    the module proxy; no Trainer controller runs unless the control plane has one."""
+    for path in third_party_crds.ensure("kubeflow-trainer"):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    return cluster
 
 
 @pytest.fixture

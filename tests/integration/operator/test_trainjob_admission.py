@@ -10,8 +10,7 @@ import json
 from typing import Any
 
 import pytest
-import yaml
-from dflash_dev import operator_local, third_party_crds
+from dflash_dev import operator_local
 from dflash_dev.pytest_plugin import ClusterHandle
 from dflash_operator.api.constants import Stage
 from dflash_operator.api.spec_training import Launcher
@@ -29,15 +28,6 @@ from dflash_operator.pools import parse_pools
 from .conftest import base_spec
 
 TOPOLOGY = {"levelLabel": "cloud.example.com/rack", "mode": "required"}
-
-
-@pytest.fixture(scope="session")
-def trainer_crds(cluster: ClusterHandle) -> ClusterHandle:
-    for path in third_party_crds.ensure("kubeflow-trainer"):
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
-    return cluster
 
 
 def render(namespace: str, training: dict[str, Any], suspend: bool) -> dict[str, Any]:
