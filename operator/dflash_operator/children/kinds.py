@@ -43,6 +43,8 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 # with the JobSet's name and UID (jobset_types.go, v0.12.0).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+# The Failed reason of a TrainJob past its activeDeadlineSeconds (trainjob_types.go, v2.3.0).
+TRAINJOB_DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 class ChildKind(Protocol):
@@ -185,7 +187,9 @@ class TrainJobKind(_Kind):
         if "Complete" in conditions:
             return Finished(True, True, conditions["Complete"].get("message") or "complete")
         if "Failed" in conditions:
-            return Finished(True, False, _describe(conditions["Failed"], "the TrainJob failed"))
+            failed = conditions["Failed"]
+            final = failed.get("reason") == TRAINJOB_DEADLINE_EXCEEDED
+            return Finished(True, False, _describe(failed, "the TrainJob failed"), final=final)
         return RUNNING
 
     def replica_counts(self, status: Body) -> list[Mapping[str, Any]]:

@@ -19,6 +19,8 @@ class Finished:
     done: bool
     ok: bool = False
     message: str = ""
+    # A failure no new attempt can help (its own deadline passed): never restarted.
+    final: bool = False
 
 
 RUNNING = Finished(done=False)

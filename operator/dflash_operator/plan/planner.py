@@ -371,7 +371,7 @@ def _restart_failed(
     (resuming from the newest checkpoint) while the stage's restarts last. True when it is."""
     limit = stage_restarts(ctx, stage)
     restart = child.failure_restarts + 1
-    if restart > limit or child.attempt >= MAX_ATTEMPT:
+    if restart > limit or child.attempt >= MAX_ATTEMPT or child.finished.final:
         return False
     next_attempt = child.attempt + 1
     message = Reason.WORKLOAD_RESTARTED.message(

@@ -7,6 +7,7 @@ PyTorchJob path holds for a TrainJob (restarts, Kueue's suspend, deadlines, ttl,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from dflash_operator.plan.actions import (
     SetWorkloadActive,
 )
 from dflash_operator.plan.launcher import LauncherChoice, choose_launcher
-from dflash_operator.plan.observed import Observed, PodView
+from dflash_operator.plan.observed import Finished, Observed, PodView
 from dflash_operator.plan.stages import PlanSettings
 
 BOTH = frozenset({"TrainJob", "PyTorchJob"})
@@ -185,6 +186,19 @@ def test_a_failed_trainjob_is_followed_by_the_next_attempt_until_max_restarts(
     assert [c.name for c in creates(world) if c.kind == "TrainJob"] == [
         "r1-train", "r1-train-2", "r1-train-3",
     ]  # fmt: skip
+
+
+def test_a_trainjob_past_its_deadline_is_never_restarted(
+    sim: Callable[..., Any], make_spec: Callable[..., Any]
+) -> None:
+    world = trainjob_world(sim, **trains(make_spec, activeDeadlineSeconds=60))
+    job = world.child("r1-train")
+    world.children[("TrainJob", "r1-train")] = replace(
+        job, finished=Finished(True, False, "DeadlineExceeded: past 60 s", final=True)
+    )
+    world.settle()
+    assert world.status["phase"] == "Failed"
+    assert "r1-train-2" not in world.created
 
 
 def test_a_deleted_trainjob_is_recreated(sim: Callable[..., Any]) -> None:

@@ -251,6 +251,7 @@ def test_a_trainjob_is_observed_from_its_v2_3_conditions(
     view = summarize_child(trainjob_body(conditions, []))
     assert view is not None
     assert (view.finished.done, view.finished.ok, view.finished.message) == (done, ok, message)
+    assert view.finished.final is (message.startswith("DeadlineExceeded"))
     assert view.suspended is True and view.active_deadline_seconds == 60
 
 
