@@ -119,6 +119,7 @@ def _likelihood(status: Any) -> tuple[tuple[str, int, float], ...]:
 @kopf.on.event("batch", "v1", "jobs", labels=OURS)
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=OURS)
 @kopf.on.event("trainer.kubeflow.org", "v1alpha1", "trainjobs", labels=OURS)
+@kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=OURS)
 @kopf.on.event("", "v1", "pods", labels=OURS)
 async def child_changed(
     namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
