@@ -1,7 +1,6 @@
-"""Check an object against a CRD's structural OpenAPI v3 schema without an API server: unknown
-fields (which the API server would silently prune), types, required fields, enums, bounds,
-patterns and list-map keys. Not CEL (`x-kubernetes-validations`): the API server's dry run is
-the check for those. Used by unit tests on what the operator renders for third-party CRDs.
+"""An object against a CRD's structural OpenAPI v3 schema, without an API server: unknown
+(silently pruned) fields, types, required fields, enums, bounds, patterns, list-map keys. Not
+CEL: a server-side dry run checks that. For unit tests of what we render for others' CRDs.
 """
 
 from __future__ import annotations

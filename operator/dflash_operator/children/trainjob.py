@@ -1,7 +1,6 @@
-"""The training stage as a Kubeflow Trainer v2 `TrainJob` (`trainer.kubeflow.org/v1alpha1`,
-v2.3.0): a reference to a ClusterTrainingRuntime plus one `runtimePatches` entry managed by
-the operator. The runtime itself is never edited; the pod is the one `children/pod.py`
-renders for the PyTorchJob, split into what the TrainJob API lets a manager set.
+"""The training stage as a Kubeflow Trainer v2.3 TrainJob: a ClusterTrainingRuntime reference
+plus the operator's own `runtimePatches` entry (the runtime is never edited), cut from the same
+pod `children/pod.py` renders for the PyTorchJob. Observing it: `kinds.TrainJobKind`.
 """
 
 from __future__ import annotations

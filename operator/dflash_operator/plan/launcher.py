@@ -1,7 +1,6 @@
-"""Which workload kind runs a run's training (`spec.training.launcher`, or the operator's
-default), decided once and kept: what status.launcher recorded, else the kind of a training
-child the run already has, else the request resolved against the APIs the cluster serves.
-Pure; the served APIs come from the observer (API discovery).
+"""Which workload kind runs a run's training, decided once and kept: status.launcher, else the
+kind of a training child it already has, else spec.training.launcher (or the operator's
+default) against the APIs the cluster serves (API discovery: `runtime/discovery.py`). Pure.
 """
 
 from __future__ import annotations
