@@ -35,15 +35,39 @@ POD_PATCH_FIELDS = (
 )
 # ContainerPatch: the container fields a runtime patch may set (besides its name).
 CONTAINER_PATCH_FIELDS = ("env", "volumeMounts", "securityContext")
+# The API token, mounted where client libraries look for it (what the ServiceAccount admission
+# plugin mounts when automountServiceAccountToken is on; it adds none where a mount exists).
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path, no secret
+# The kubelet refreshes a projected token well before this (the admission plugin's value).
+TOKEN_SECONDS = 3607
+
+
+def build_token_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, mount) of the pod's API token: a runtime patch cannot set the pod's
+    automountServiceAccountToken, and the trainer's account turns automount off (only the
+    trainer talks to the API server), so its token is mounted explicitly."""
+    sources = [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [
+            {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+        ]}},
+    ]  # fmt: skip
+    volume = {"name": "api-token", "projected": {"sources": sources}}
+    return volume, {"name": "api-token", "mountPath": TOKEN_DIR, "readOnly": True}
 
 
 def build_runtime_patch(ctx: PodContext, pod_template: dict[str, Any]) -> dict[str, Any]:
     """The operator's `runtimePatches` entry: labels of the JobSet (our watch finds it by
     them), and the trainer pods' labels, annotations (Kueue's topology request), placement,
     identity, volumes, env and security context."""
-    pod_spec = pod_template["spec"]
-    container = pod_spec["containers"][0]
-    container_patch = {"name": TRAINER_NODE}
+    pod_spec = dict(pod_template["spec"])
+    container = dict(pod_spec["containers"][0])
+    if ctx.mount_token:
+        volume, mount = build_token_volume()
+        pod_spec["volumes"] = [*pod_spec.get("volumes", []), volume]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), mount]
+    container_patch: dict[str, Any] = {"name": TRAINER_NODE}
     container_patch.update({k: container[k] for k in CONTAINER_PATCH_FIELDS if k in container})
     spec_patch: dict[str, Any] = {k: pod_spec[k] for k in POD_PATCH_FIELDS if k in pod_spec}
     spec_patch["containers"] = [container_patch]

@@ -292,3 +292,17 @@ def test_the_longest_run_name_leaves_room_for_every_trainjob_hostname() -> None:
     trainjob = child_name("r" * MAX_RUN_NAME_LENGTH, Stage.TRAIN, MAX_ATTEMPT)
     hostname = f"{trainjob}-node-0-{MAX_TRAINING_NODES - 1}"
     assert len(hostname) <= 63
+
+
+def test_the_trainer_gets_its_api_token_although_a_patch_cannot_turn_automount_on(
+    render: Callable[..., dict[str, Any]],
+) -> None:
+    """The per-run account has automountServiceAccountToken false, and a runtime patch cannot
+    set the pod's: the token is a projected volume at the path client libraries read."""
+    pod = pod_patch(render(training={"launcher": "trainjob"}))["spec"]
+    (token,) = [v for v in pod["volumes"] if v["name"] == "api-token"]
+    kinds = [next(iter(source)) for source in token["projected"]["sources"]]
+    assert kinds == ["serviceAccountToken", "configMap", "downwardAPI"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-token"]
+    assert mount == {"name": "api-token", "readOnly": True,
+                     "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}  # fmt: skip
