@@ -35,6 +35,17 @@ POD_PATCH_FIELDS = (
 )
 # ContainerPatch: the container fields a runtime patch may set (besides its name).
 CONTAINER_PATCH_FIELDS = ("env", "volumeMounts", "securityContext")
+# What the shared pod has that neither the patch nor `trainer` can carry in v2.3: the runtime's
+# (the chart's sets restart policy, service links, termination message policy; the token is
+# mounted instead; a platform runtime decides scheduler and priority class, docs/operations.md).
+RUNTIME_POD_FIELDS = (
+    "restartPolicy",
+    "enableServiceLinks",
+    "automountServiceAccountToken",
+    "schedulerName",
+    "priorityClassName",
+)
+RUNTIME_CONTAINER_FIELDS = ("imagePullPolicy", "terminationMessagePolicy")
 # The API token, mounted where client libraries look for it (what the ServiceAccount admission
 # plugin mounts when automountServiceAccountToken is on; it adds none where a mount exists).
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path, no secret

@@ -20,6 +20,7 @@ from dflash_operator.api.naming import (
 )
 from dflash_operator.api.spec_training import Launcher
 from dflash_operator.api.validation import parse_spec
+from dflash_operator.children import trainjob
 from dflash_operator.children.kinds import TRAINJOB, summarize_child, summarize_pod
 from dflash_operator.children.meta import RunRef
 from dflash_operator.children.trainjob import OPERATOR_MANAGER
@@ -306,3 +307,27 @@ def test_the_trainer_gets_its_api_token_although_a_patch_cannot_turn_automount_o
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-token"]
     assert mount == {"name": "api-token", "readOnly": True,
                      "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"priorityClassName": "ml-batch", "imagePullSecrets": [{"name": "pull"}]}],
+    ids=["defaults", "priority-and-pull-secrets"],
+)
+def test_every_field_of_the_shared_pod_is_carried_or_named_as_the_runtimes(
+    pools: PoolsConfig, make_spec: Callable[..., dict[str, Any]], overrides: dict[str, Any]
+) -> None:
+    """A field the shared pod gains (children/pod.py) must reach TrainJob pods, or be named as
+    the runtime's: nothing is dropped silently."""
+    spec = parse_spec(make_spec(training={"launcher": "pytorchjob"}, **overrides))
+    placements, _ = place_stages(spec, build_pipeline(spec), pools)
+    ctx = StageContext(RUN, spec, ROOT, placements, PlanSettings())
+    pod = build_stage_child(ctx, Stage.TRAIN, 1, False)["spec"]["pytorchReplicaSpecs"]["Master"][
+        "template"]["spec"]  # fmt: skip
+    carried = {*trainjob.POD_PATCH_FIELDS, *trainjob.RUNTIME_POD_FIELDS, "containers"}
+    assert set(pod) <= carried, set(pod) - carried
+    container_fields = {
+        "name", "image", "args", "resources", "ports",  # `trainer`, or the torch plugin's port
+        *trainjob.CONTAINER_PATCH_FIELDS, *trainjob.RUNTIME_CONTAINER_FIELDS,
+    }  # fmt: skip
+    assert set(pod["containers"][0]) <= container_fields
