@@ -114,7 +114,7 @@ def training_runtime_ref(ctx: StageContext, stage: Stage) -> ObjectRef | None:
         return None
     field = "spec.training.runtimeRef"
     if not ctx.spec.training.runtime_ref:
-        field = "the chart's training.runtime.name (spec.training.runtimeRef unset)"
+        field = "the chart's training.runtime.name, as spec.training.runtimeRef is unset"
     return ObjectRef(kind, ctx.runtime, field)
 
 
