@@ -45,6 +45,16 @@ SOURCES = {
         "SEALED_SECRETS_VERSION",
         ("helm/sealed-secrets/crds/bitnami.com_sealedsecrets.yaml",),
     ),
+    # Kubeflow Trainer v2: the TrainJob the operator renders and the ClusterTrainingRuntime the
+    # chart ships are checked against these schemas (tests/unit/operator/test_trainjob.py).
+    "kubeflow-trainer": CrdSource(
+        "github.com/kubeflow/trainer/v2",
+        "TRAINER_VERSION",
+        (
+            "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+            "manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        ),
+    ),
     "prometheus-operator": CrdSource(
         "github.com/prometheus-operator/prometheus-operator",
         "PROMETHEUS_OPERATOR_VERSION",
@@ -95,5 +105,10 @@ def ensure(name: str) -> list[Path]:
     return files
 
 
+# Installed for the examples: not the Trainer's, whose served TrainJob API would make
+# `launcher: auto` pick TrainJob on a cluster that runs no Trainer controller.
+EXAMPLE_TOOLS = ("argo-cd", "external-secrets", "sealed-secrets", "prometheus-operator")
+
+
 def ensure_all() -> list[Path]:
-    return [path for name in SOURCES for path in ensure(name)]
+    return [path for name in EXAMPLE_TOOLS for path in ensure(name)]

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dflash_operator.api.base import DNS_LABEL_PATTERN, IMAGE_PATTERN
+from dflash_operator.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
+from dflash_operator.api.spec_training import Launcher
 from dflash_operator.version import OPERATOR_VERSION
 
 ENV_PREFIX = "DFLASH_"
@@ -38,6 +39,8 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_STAGE_BACKOFF_LIMIT = 2
 # How long deletion waits for the S3 cleanup Job before releasing the finalizer anyway.
 DEFAULT_CLEANUP_TIMEOUT = 1800.0
+# The ClusterTrainingRuntime the chart ships (training.runtime.name).
+DEFAULT_TRAINING_RUNTIME = "dflash-torch-distributed"
 # The uid stage containers run as: the images' non-root user (docs/images.md).
 DEFAULT_RUN_AS_USER = 65532
 
@@ -71,13 +74,26 @@ class OperatorConfig(BaseModel):
     stage_backoff_limit: int = Field(default=DEFAULT_STAGE_BACKOFF_LIMIT, ge=0, le=20)
     cleanup_timeout: float = Field(default=DEFAULT_CLEANUP_TIMEOUT, ge=0, le=7 * 24 * 3600)
     run_as_user: int = Field(default=DEFAULT_RUN_AS_USER, ge=1)
+    default_launcher: Launcher = Field(
+        default=Launcher.AUTO,
+        description="spec.training.launcher of runs that set none (auto, trainjob, pytorchjob).",
+    )
+    training_runtime: str = Field(
+        default=DEFAULT_TRAINING_RUNTIME,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        max_length=253,
+        description="ClusterTrainingRuntime of TrainJobs whose run sets no runtimeRef.",
+    )
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="0 disables /metrics.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0 disables /healthz.")
     readiness_port: int = Field(
         default=0,
         ge=0,
         le=65535,
-        description="Port of /readyz (ready: the PyTorchJob CRD is established); 0 disables it.",
+        description=(
+            "Port of /readyz (ready: the TrainJob or PyTorchJob CRD the default launcher may "
+            "use is established); 0 disables it."
+        ),
     )
     leader_election: bool = Field(
         default=False,

@@ -20,7 +20,7 @@ from dflash_operator.leadership import (
     standby_health,
 )
 from dflash_operator.pools import PoolsError, load_pools
-from dflash_operator.readiness import ReadinessServer, check_crd
+from dflash_operator.readiness import ReadinessServer, check_training
 from dflash_operator.runtime.kube import Kube, load_api_client
 from dflash_operator.runtime.leader import LeaseElector
 from dflash_operator.version import OPERATOR_VERSION
@@ -77,7 +77,9 @@ def cli(argv: list[str] | None = None) -> int:
         # probe never delays a lease renewal.
         probe_kube = Kube(load_api_client(pool_size=1), config.connect_timeout, PROBE_TIMEOUT)
         readiness = ReadinessServer(
-            config.bind_address, config.readiness_port, lambda: check_crd(probe_kube)
+            config.bind_address,
+            config.readiness_port,
+            lambda: check_training(probe_kube, config.default_launcher),
         ).start()
     elector = None
     if settings is not None:

@@ -90,6 +90,28 @@ class PoolThroughput(PoolModel):
     training_tokens_per_gpu_second: float | None = Field(default=None, gt=0)
 
 
+# Kueue's Topology Aware Scheduling: the gang's pods land inside one domain of this level.
+TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
+
+
+class PoolTopology(PoolModel):
+    """Keep the training gang inside one topology domain (a rack, an NVLink block): Kueue's
+    Topology Aware Scheduling, through the podset annotation on the gang's pod template."""
+
+    # The node label of the level (e.g. cloud.provider.com/topology-rack), one of the levels of
+    # the Topology the pool's ResourceFlavor names.
+    level_label: str = Field(pattern=QUALIFIED_NAME_PATTERN, max_length=317)
+    # required: the gang waits until one domain has room; preferred: Kueue may spread it.
+    mode: Literal["required", "preferred"] = "required"
+
+    @property
+    def annotation(self) -> dict[str, str]:
+        return {TOPOLOGY_ANNOTATIONS[self.mode]: self.level_label}
+
+
 class NodePool(PoolModel):
     """Where and how a stage's pods run."""
 
@@ -121,6 +143,8 @@ class NodePool(PoolModel):
     # ServiceAccount (in each run's namespace) of the pool's stage pods but training's, for a
     # cloud identity (IRSA, Workload Identity); a run's spec.serviceAccountName wins.
     service_account_name: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN)
+    # Topology Aware Scheduling of the training gang (Kueue); unset: no constraint.
+    topology: PoolTopology | None = None
 
     @model_validator(mode="after")
     def _check_names(self) -> NodePool:

@@ -1,6 +1,7 @@
 """The operator's readiness endpoint: `GET /readyz` on its own port (kopf's liveness server owns
-the health port and answers only `/healthz`). Ready means the PyTorchJob CRD is established, on
-the leader and on standbys alike; the answer's body says why not. Liveness: `leadership.py`."""
+the health port and answers only `/healthz`). Ready means the CRD of a training backend the
+operator may use by default is established (TrainJob or PyTorchJob under `auto`), on the leader
+and on standbys alike; the answer's body says why not. Liveness: `leadership.py`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from dflash_operator.api.spec_training import Launcher
 from dflash_operator.runtime.kube import RESOURCES, Kube, KubeError
 
 log = logging.getLogger(__name__)
@@ -32,24 +34,58 @@ class Readiness:
     reason: str
 
 
-def build_readiness(crd: Mapping[str, Any] | None, name: str = PYTORCHJOB_CRD) -> Readiness:
+@dataclass(frozen=True)
+class TrainingCrd:
+    """The CRD of one training backend: its name, kind, the version the operator uses, and
+    what to install when it is missing."""
+
+    name: str
+    kind: str
+    version: str
+    install: str
+
+
+BACKEND_CRDS = {
+    Launcher.PYTORCHJOB: TrainingCrd(PYTORCHJOB_CRD, "PyTorchJob", SERVED_VERSION, INSTALL),
+    Launcher.TRAINJOB: TrainingCrd(
+        "trainjobs.trainer.kubeflow.org", "TrainJob", RESOURCES["TrainJob"].version,
+        "install Kubeflow Trainer v2.3",
+    ),
+}  # fmt: skip
+# auto: either backend will do, TrainJob first (as plan/launcher.py prefers it).
+AUTO_BACKENDS = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
+
+
+def build_readiness(
+    crd: Mapping[str, Any] | None, target: TrainingCrd = BACKEND_CRDS[Launcher.PYTORCHJOB]
+) -> Readiness:
     """Ready when the CRD exists, its Established condition is True and it serves the version
     the operator creates (a CRD that no longer serves it answers 404, like a missing one)."""
+    kind, name, version = target.kind, target.name, target.version
     if crd is None:
-        return Readiness(False, f"PyTorchJob CRD {name} not installed: {INSTALL}")
+        return Readiness(False, f"{kind} CRD {name} not installed: {target.install}")
     conditions = crd.get("status", {}).get("conditions") or []
     if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-        return Readiness(False, f"PyTorchJob CRD {name} is installed but not established yet")
+        return Readiness(False, f"{kind} CRD {name} is installed but not established yet")
     versions = crd.get("spec", {}).get("versions") or []
-    if not any(v.get("name") == SERVED_VERSION and v.get("served") for v in versions):
+    if not any(v.get("name") == version and v.get("served") for v in versions):
         return Readiness(
-            False, f"PyTorchJob CRD {name} does not serve version {SERVED_VERSION}: {INSTALL}"
+            False, f"{kind} CRD {name} does not serve version {version}: {target.install}"
         )
-    return Readiness(True, f"ready: PyTorchJob CRD {name} is established")
+    return Readiness(True, f"ready: {kind} CRD {name} is established")
 
 
-def check_crd(kube: Kube, name: str = PYTORCHJOB_CRD) -> Readiness:
+def check_training(kube: Kube, default: Launcher) -> Readiness:
+    """Ready when a backend the default launcher may pick is established (auto: either)."""
+    options = AUTO_BACKENDS if default == Launcher.AUTO else (default,)
+    results = [check_crd(kube, BACKEND_CRDS[option]) for option in options]
+    ready = next((result for result in results if result.ready), None)
+    return ready or Readiness(False, "; ".join(result.reason for result in results))
+
+
+def check_crd(kube: Kube, target: TrainingCrd = BACKEND_CRDS[Launcher.PYTORCHJOB]) -> Readiness:
     """Read the CRD from the API server (not ready when the server does not answer)."""
+    name = target.name
     try:
         answer = kube.request(
             "GET", CRDS, query={"fieldSelector": f"metadata.name={name}"},
@@ -58,7 +94,7 @@ def check_crd(kube: Kube, name: str = PYTORCHJOB_CRD) -> Readiness:
     except KubeError as error:
         return Readiness(False, f"cannot read CRD {name} from the API server: {error}")
     items = answer.get("items") or []
-    return build_readiness(items[0] if items else None, name)
+    return build_readiness(items[0] if items else None, target)
 
 
 class ReadinessServer:

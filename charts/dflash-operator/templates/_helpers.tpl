@@ -75,6 +75,15 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 - apiGroups: [kubeflow.org]
   resources: [pytorchjobs]
   verbs: [get, list, watch, create, patch, delete]
+# Training on Kubeflow Trainer v2: the same verbs on TrainJobs (patch: spec.suspend of an
+# unqueued one; a queued one's suspend is Kueue's).
+- apiGroups: [trainer.kubeflow.org]
+  resources: [trainjobs]
+  verbs: [get, list, watch, create, patch, delete]
+# ...and their JobSets, watched only: a TrainJob's pods name their JobSet, not the TrainJob.
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [list, watch]
 # Kueue (when a queue applies): read the Workload of a queued child (why it waits), and
 # deactivate / reactivate it for spec.suspend (Kueue owns a queued child's own suspend).
 - apiGroups: [kueue.x-k8s.io]
@@ -110,8 +119,8 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 {{- end -}}
 
 {{- define "dflash-operator.discoveryRules" -}}
-# kopf follows CRDs (read-only): the PyTorchJob watch starts when the training-operator's CRD
-# is installed after the operator, without a restart (condition reason TrainingOperatorMissing).
+# kopf follows CRDs (read-only): the PyTorchJob and TrainJob watches start when the
+# training-operator's or the Trainer's CRD is installed after the operator, without a restart.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
@@ -124,6 +133,11 @@ operator. Rendered into one ClusterRole (every namespace) or one Role per watche
 # child is created: a missing one would leave the child with no pod and no Workload, silently.
 - apiGroups: [scheduling.k8s.io]
   resources: [priorityclasses]
+  verbs: [get]
+# ...and the ClusterTrainingRuntime a TrainJob references (cluster-scoped, read by name only):
+# a missing one is named in the run's status before the TrainJob is created.
+- apiGroups: [trainer.kubeflow.org]
+  resources: [clustertrainingruntimes]
   verbs: [get]
 {{- end -}}
 

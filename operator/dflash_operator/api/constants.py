@@ -242,6 +242,10 @@ class Reason(StrEnum):
     CHILD_LOST = "ChildLost"
     CHILD_CREATE_FAILED = "ChildCreateFailed"
     TRAINING_OPERATOR_MISSING = "TrainingOperatorMissing"
+    # The launcher of a run's training needs an API the cluster does not serve.
+    TRAINING_API_MISSING = "TrainingApiMissing"
+    # A failed workload that does not restart itself (TrainJob) followed by the next attempt.
+    WORKLOAD_RESTARTED = "WorkloadRestarted"
     OBJECT_MISSING = "ObjectMissing"
     AUDIT_PENDING = "AuditPending"
     AUDIT_PASSED = "AuditPassed"
@@ -305,9 +309,16 @@ _REASON_TEMPLATES: dict[Reason, str] = {
     Reason.CHILD_LOST: "{kind} {name} disappeared before it finished; recreating it",
     Reason.CHILD_CREATE_FAILED: "Could not create {kind} {name}: {error}",
     Reason.TRAINING_OPERATOR_MISSING: (
-        "This cluster does not serve {kind} ({api_version}): install the Kubeflow "
-        "training-operator (its {kind} CRD). {stage} starts when the CRD appears; no operator "
+        "This cluster does not serve {kind} ({api_version}): {install}. {stage} starts when "
+        "the CRD appears; no operator restart is needed"
+    ),
+    Reason.TRAINING_API_MISSING: (
+        "{stage} cannot start: {problem}. It starts when the API is served; no operator "
         "restart is needed"
+    ),
+    Reason.WORKLOAD_RESTARTED: (
+        "{kind} {name} failed ({error}); {stage} restarts as attempt {attempt} from the newest "
+        "checkpoint (restart {restart} of {limit}, spec.training.maxRestarts)"
     ),
     Reason.OBJECT_MISSING: (
         "{stage} cannot start: {missing}. Create it, or change the field that names it; "

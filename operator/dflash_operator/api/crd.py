@@ -68,6 +68,8 @@ PRINTER_COLUMNS: list[JsonObj] = [
      "description": "Verdict of each audit gate that ran."},
     {"name": "Pools", "type": "string", "jsonPath": ".status.nodePools", "priority": 1,
      "description": "Node pool of each stage."},
+    {"name": "Launcher", "type": "string", "jsonPath": ".status.launcher", "priority": 1,
+     "description": "Workload kind training runs as (trainjob or pytorchjob)."},
 ]  # fmt: skip
 
 

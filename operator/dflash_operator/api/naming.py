@@ -1,8 +1,9 @@
 """Names of a run's children (`<run>-<stage>[-<attempt>]`) and the longest run name they allow.
 
-Every name a child leads to (Job pods, PyTorchJob pods and Services) must stay a DNS-1035
-label of at most 63 characters, so the limit on `metadata.name` is derived here, from the
-longest child, and enforced by the CRD (CEL on `metadata.name`) and by `check_run_name`.
+Every name a child leads to (Job pods, PyTorchJob and TrainJob pods, Services and hostnames)
+must stay a DNS-1035 label of at most 63 characters, so the limit on `metadata.name` is derived
+here, from the longest child, and enforced by the CRD (CEL on `metadata.name`) and by
+`check_run_name`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ _INDEXED_JOB_POD = f"-{'9' * _digits(MAX_SHARDS)}-{_RANDOM}"
 _JOB_POD = f"-{_RANDOM}"
 # PyTorchJob: pods and Services `<job>-master-0` and `<job>-worker-<i>`.
 _PYTORCHJOB_REPLICA = f"-worker-{'9' * _digits(MAX_TRAINING_NODES - 1)}"
+# TrainJob: its JobSet's one Indexed Job `<job>-node-0`, pod hostnames `<job>-node-0-<i>`:
+# as long as the PyTorchJob's (both backends share the train stage's shape below).
+TRAINJOB_HOSTNAME = f"-node-0-{'9' * _digits(MAX_TRAINING_NODES)}"
 
 CHILD_SHAPES: dict[Stage, ChildShape] = {
     Stage.MODEL: ChildShape("Job", True, _JOB_POD),
@@ -57,7 +61,9 @@ CHILD_SHAPES: dict[Stage, ChildShape] = {
     # Tokenization may be sharded like regeneration: leave room for an index.
     Stage.TOKENIZE: ChildShape("Job", True, _INDEXED_JOB_POD),
     Stage.AUDIT_TOKENS: ChildShape("Job", True, _JOB_POD),
-    Stage.TRAIN: ChildShape("PyTorchJob", True, _PYTORCHJOB_REPLICA),
+    Stage.TRAIN: ChildShape(
+        "PyTorchJob", True, max(_PYTORCHJOB_REPLICA, TRAINJOB_HOSTNAME, key=len)
+    ),
     Stage.EVAL: ChildShape("Job", True, _JOB_POD),
     Stage.CLEANUP: ChildShape("Job", False, _JOB_POD),
     Stage.PRUNE: ChildShape("Job", False, _JOB_POD),

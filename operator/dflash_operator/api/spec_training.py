@@ -11,6 +11,7 @@ from pydantic import Field
 from dflash_operator.api.base import (
     ApiModel,
     DataUri,
+    DnsSubdomain,
     Image,
     NodePoolName,
     Rule,
@@ -48,6 +49,11 @@ DEFAULT_EVAL_NEW_TOKENS = 256
 class Launcher(StrEnum):
     """The workload kind that runs distributed training."""
 
+    # TrainJob where the API server serves it, else PyTorchJob (decided once per run).
+    AUTO = "auto"
+    # Kubeflow Trainer v2: trainer.kubeflow.org/v1alpha1 TrainJob on a ClusterTrainingRuntime.
+    TRAINJOB = "trainjob"
+    # Kubeflow training-operator v1: kubeflow.org/v1 PyTorchJob.
     PYTORCHJOB = "pytorchjob"
 
 
@@ -63,13 +69,37 @@ class TrainingSpec(ApiModel):
     """Online DFlash training: the frozen target runs in every rank and feeds the drafter.
 
     Fields marked "train.yaml: key" become that key of the trainer config
-    (docs/trainer-config.md); the rest shape the PyTorchJob.
+    (docs/trainer-config.md); the rest shape the TrainJob or PyTorchJob.
     """
 
-    launcher: Launcher = Field(
-        default=Launcher.PYTORCHJOB,
+    rules = (
+        Rule(
+            rule="!has(self.runtimeRef) || !has(self.launcher) || self.launcher != 'pytorchjob'",
+            message="runtimeRef is not accepted with launcher pytorchjob: it names a "
+            "ClusterTrainingRuntime of a TrainJob",
+            check=lambda t: t.runtime_ref is None or t.launcher != Launcher.PYTORCHJOB,
+            field_path=".runtimeRef",
+        ),
+    )
+
+    launcher: Launcher | None = Field(
+        default=None,
         description=(
-            "Workload kind for distributed training: pytorchjob (Kubeflow, kubeflow.org/v1)."
+            "Workload kind for distributed training: trainjob (Kubeflow Trainer v2, "
+            "trainer.kubeflow.org/v1alpha1 TrainJob), pytorchjob (Kubeflow training-operator, "
+            "kubeflow.org/v1 PyTorchJob), or auto (TrainJob where the cluster serves it, else "
+            "PyTorchJob). Unset: the operator's default (chart value training.defaultLauncher, "
+            "auto unless changed). Decided once, when training first starts, and recorded in "
+            "status.launcher: a run never changes kind while in flight."
+        ),
+    )
+    runtime_ref: DnsSubdomain | None = Field(
+        default=None,
+        description=(
+            "Name of the ClusterTrainingRuntime a TrainJob references (the platform's own "
+            "torch runtime, say torch-distributed). Unset: the runtime the chart ships "
+            "(training.runtime.name). Its trainer replicated Job and container must be named "
+            "node, as in Kubeflow's torch runtimes. Not accepted with launcher pytorchjob."
         ),
     )
     image: Image | None = Field(

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from dflash_operator.api.annotations import MAX_RETRY_TOKEN_LENGTH
 from dflash_operator.api.constants import ConditionStatus, ConditionType, Gate, Phase, Reason
+from dflash_operator.api.spec_training import Launcher
 from dflash_operator.api.status_parts import (
     Approval,
     AuditStatus,
@@ -103,6 +104,13 @@ class DFlashRunStatus(StatusModel):
     )
     gpu_hours: GpuHours | None = Field(
         default=None, description="GPU-hours the run's pods held, per stage and in total."
+    )
+    launcher: Launcher | None = Field(
+        default=None,
+        description=(
+            "The workload kind training runs as (trainjob or pytorchjob): spec.training."
+            "launcher resolved when training first started, kept for the run's life."
+        ),
     )
 
     def condition(self, type_: ConditionType) -> Condition | None:

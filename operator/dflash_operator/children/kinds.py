@@ -1,6 +1,6 @@
 """The small protocol every child kind follows (identity, `finished -> (done, ok, message)`,
-suspend), its implementations for Job, PyTorchJob and ConfigMap, and the summaries of
-children and pods the planner reads (`plan/observed.py`).
+suspend), its implementations for Job, PyTorchJob, TrainJob and ConfigMap, and the summaries
+of children and pods the planner reads (`plan/observed.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ from dflash_operator.api.constants import (
     LABEL_STAGE,
     Stage,
 )
-from dflash_operator.children.meta import ANNOTATION_CONFIG_HASH, ANNOTATION_SPEC_INPUTS
+from dflash_operator.children.meta import (
+    ANNOTATION_CONFIG_HASH,
+    ANNOTATION_FAILURE_RESTARTS,
+    ANNOTATION_SPEC_INPUTS,
+)
 from dflash_operator.plan.observed import (
     RUNNING,
     ChildView,
@@ -35,6 +39,12 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 PYTORCHJOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+# A TrainJob's pods belong to Jobs of its JobSet (named like the TrainJob); JobSet labels them
+# with the JobSet's name and UID (jobset_types.go, v0.12.0).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+# The Failed reason of a TrainJob past its activeDeadlineSeconds (trainjob_types.go, v2.3.0).
+TRAINJOB_DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 class ChildKind(Protocol):
@@ -65,6 +75,11 @@ class ChildKind(Protocol):
 
     def suspend_patch(self, suspend: bool) -> dict[str, Any]: ...
 
+    @property
+    def deadline_mutable(self) -> bool: ...
+
+    def replica_counts(self, status: Body) -> list[Mapping[str, Any]]: ...
+
 
 def _conditions(body: Body) -> dict[str, Mapping[str, Any]]:
     status = body.get("status") or {}
@@ -86,6 +101,8 @@ class _Kind:
     plural: ClassVar[str]
     # Where `suspend` and `activeDeadlineSeconds` live in the object.
     control_path: ClassVar[tuple[str, ...]] = ("spec",)
+    # False: the API server refuses a change of a created child's activeDeadlineSeconds.
+    deadline_mutable: ClassVar[bool] = True
 
     @property
     def api_version(self) -> str:
@@ -113,6 +130,10 @@ class _Kind:
 
     def suspend_patch(self, suspend: bool) -> dict[str, Any]:
         return self.control_patch(suspend=suspend)
+
+    def replica_counts(self, status: Body) -> list[Mapping[str, Any]]:
+        """Per-replica active / succeeded / failed counts (none: the status has totals)."""
+        return list((status.get("replicaStatuses") or {}).values())
 
 
 class JobKind(_Kind):
@@ -150,6 +171,31 @@ class PyTorchJobKind(_Kind):
         return RUNNING
 
 
+class TrainJobKind(_Kind):
+    """`trainer.kubeflow.org/v1alpha1` TrainJob (Kubeflow Trainer v2): Complete / Failed
+    conditions, `spec.suspend`, an immutable `spec.activeDeadlineSeconds`, and the counts of
+    its JobSet's Jobs in `status.jobsStatus` (trainjob_types.go, v2.3.0)."""
+
+    kind = "TrainJob"
+    group = "trainer.kubeflow.org"
+    version = "v1alpha1"
+    plural = "trainjobs"
+    deadline_mutable = False
+
+    def finished(self, body: Body) -> Finished:
+        conditions = _conditions(body)
+        if "Complete" in conditions:
+            return Finished(True, True, conditions["Complete"].get("message") or "complete")
+        if "Failed" in conditions:
+            failed = conditions["Failed"]
+            final = failed.get("reason") == TRAINJOB_DEADLINE_EXCEEDED
+            return Finished(True, False, _describe(failed, "the TrainJob failed"), final=final)
+        return RUNNING
+
+    def replica_counts(self, status: Body) -> list[Mapping[str, Any]]:
+        return [job for job in status.get("jobsStatus") or () if isinstance(job, Mapping)]
+
+
 class ConfigMapKind(_Kind):
     """`v1` ConfigMap: never running, never suspended."""
 
@@ -173,8 +219,11 @@ class ConfigMapKind(_Kind):
 
 JOB = JobKind()
 PYTORCHJOB = PyTorchJobKind()
+TRAINJOB = TrainJobKind()
 CONFIG_MAP = ConfigMapKind()
-KINDS: dict[str, ChildKind] = {k.kind: k for k in (JOB, PYTORCHJOB, CONFIG_MAP)}
+KINDS: dict[str, ChildKind] = {k.kind: k for k in (JOB, PYTORCHJOB, TRAINJOB, CONFIG_MAP)}
+# Kinds that run pods (their names carry an attempt number; the rest are one per run).
+WORKLOAD_KINDS = frozenset({JOB.kind, PYTORCHJOB.kind, TRAINJOB.kind})
 
 
 def _stage(labels: Mapping[str, str]) -> Stage | None:
@@ -182,6 +231,10 @@ def _stage(labels: Mapping[str, str]) -> Stage | None:
         return Stage(labels.get(LABEL_STAGE, ""))
     except ValueError:
         return None
+
+
+def _count(raw: str | None) -> int:
+    return int(raw) if raw and raw.isdigit() else 0
 
 
 def _attempt(labels: Mapping[str, str]) -> int:
@@ -204,7 +257,7 @@ def summarize_child(body: Body) -> ChildView | None:
     meta = body.get("metadata") or {}
     labels = meta.get("labels") or {}
     status = body.get("status") or {}
-    replicas = (status.get("replicaStatuses") or {}).values()
+    replicas = child_kind.replica_counts(status)
     return ChildView(
         kind=child_kind.kind,
         api_version=child_kind.api_version,
@@ -221,10 +274,21 @@ def summarize_child(body: Body) -> ChildView | None:
         failed_indexes=status.get("failedIndexes") or None,
         config_hash=(meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH),
         spec_inputs=(meta.get("annotations") or {}).get(ANNOTATION_SPEC_INPUTS),
+        failure_restarts=_count((meta.get("annotations") or {}).get(ANNOTATION_FAILURE_RESTARTS)),
         active_deadline_seconds=child_kind.active_deadline(body),
         deleting=bool(meta.get("deletionTimestamp")),
         queue=labels.get(KUEUE_QUEUE_LABEL) or None,
     )
+
+
+def summarize_jobset(body: Body) -> tuple[str, str] | None:
+    """(JobSet UID, UID of the TrainJob that controls it): how a TrainJob's pods, which name
+    only their JobSet, are matched to the TrainJob. None for a JobSet of no controller."""
+    meta = body.get("metadata") or {}
+    owner = controller_uid(meta)
+    if not meta.get("uid") or owner is None:
+        return None
+    return str(meta["uid"]), owner
 
 
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -294,11 +358,16 @@ def controller_uid(meta: Mapping[str, Any]) -> str | None:
 
 
 def summarize_pod(body: Body) -> PodView | None:
-    """A pod of a Job or PyTorchJob: phase, node, and how its main container ended."""
+    """A pod of a Job, PyTorchJob or TrainJob: phase, node, and how its main container ended.
+    A TrainJob's pod names its JobSet (the TrainJob's name) as owner and keeps the JobSet's
+    UID in `jobset_uid` until the observer resolves it to the TrainJob's (`lift_to_trainjobs`)."""
     meta = body.get("metadata") or {}
     labels = meta.get("labels") or {}
     owner = (
-        labels.get(JOB_NAME_LABEL) or labels.get("job-name") or labels.get(PYTORCHJOB_NAME_LABEL)
+        labels.get(JOBSET_NAME_LABEL)
+        or labels.get(JOB_NAME_LABEL)
+        or labels.get("job-name")
+        or labels.get(PYTORCHJOB_NAME_LABEL)
     )
     if not owner:
         return None
@@ -307,6 +376,11 @@ def summarize_pod(body: Body) -> PodView | None:
     main = statuses[0] if statuses else {}
     waiting = (main.get("state") or {}).get("waiting") or {}
     index = labels.get(JOB_INDEX_LABEL)
+    jobset_uid = labels.get(JOBSET_UID_LABEL) or None
+    replica_type = labels.get(REPLICA_TYPE_LABEL)
+    if jobset_uid and index is not None:
+        # Torch ranks of a TrainJob are the completion indexes of its one Indexed Job.
+        replica_type = "master" if index == "0" else "worker"
     return PodView(
         name=str(meta.get("name")),
         uid=str(meta.get("uid")),
@@ -321,7 +395,8 @@ def summarize_pod(body: Body) -> PodView | None:
         terminated=_termination(main.get("state")),
         last_failure=_termination(main.get("lastState")),
         restarts=int(main.get("restartCount") or 0),
-        replica_type=labels.get(REPLICA_TYPE_LABEL),
+        replica_type=replica_type,
+        jobset_uid=jobset_uid,
         gpus=_requested_gpus(body),
         started_at=_time(status.get("startTime")),
         waiting_reason=waiting.get("reason") or None,

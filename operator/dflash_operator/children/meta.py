@@ -26,6 +26,10 @@ ANNOTATION_CONFIG_HASH = "dflash.dev/config-hash"
 # Operator-internal annotation on a stage's Job / PyTorchJob: what it was rendered from, as
 # `<part>:<hash>` pairs (plan/stage_inputs.py); a running child whose inputs changed restarts.
 ANNOTATION_SPEC_INPUTS = "dflash.dev/spec-inputs"
+# Operator-internal annotation on a workload the operator created because the one before it
+# failed (a TrainJob does not restart itself): how many such restarts its stage has made in a
+# row, counted against spec.training.maxRestarts. A retry or an edit starts again from none.
+ANNOTATION_FAILURE_RESTARTS = "dflash.dev/failure-restarts"
 # The server-side label selector of every watch on children (kopf settings.watching).
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 

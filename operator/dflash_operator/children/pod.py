@@ -281,10 +281,21 @@ def build_pod_spec(
     return spec
 
 
+def build_pod_annotations(ctx: PodContext) -> dict[str, str]:
+    """The pool's annotations; on the training gang, its Kueue topology request too (Kueue
+    reads it from the pod template of each podset)."""
+    annotations = dict(ctx.placement.pool.annotations)
+    topology = ctx.placement.pool.topology
+    if topology is not None and ctx.stage == Stage.TRAIN:
+        annotations.update(topology.annotation)
+    return annotations
+
+
 def build_pod_template(
     ctx: PodContext, container: dict[str, Any], restart_policy: str
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"labels": ctx.labels}
-    if ctx.placement.pool.annotations:
-        meta["annotations"] = dict(ctx.placement.pool.annotations)
+    annotations = build_pod_annotations(ctx)
+    if annotations:
+        meta["annotations"] = annotations
     return {"metadata": meta, "spec": build_pod_spec(ctx, container, restart_policy)}

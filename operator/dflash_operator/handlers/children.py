@@ -1,4 +1,5 @@
-"""Watches on the runs' children (Jobs, PyTorchJobs, ConfigMaps, pods, labelled by us):
+"""Watches on the runs' children (Jobs, PyTorchJobs, TrainJobs and their JobSets, ConfigMaps,
+pods, labelled by us):
 in-memory indexes keyed by (namespace, run) for the reconciler, and a nudge to reconcile the
 owning run on every change. Async and pure computation: no API calls, no threads.
 """
@@ -17,7 +18,7 @@ from dflash_operator.api.constants import (
     PLURAL,
     VERSION,
 )
-from dflash_operator.children.kinds import summarize_child, summarize_pod
+from dflash_operator.children.kinds import summarize_child, summarize_jobset, summarize_pod
 
 OURS = {LABEL_MANAGED_BY: MANAGED_BY}
 Entry = dict[tuple[str, str], Any]
@@ -42,6 +43,21 @@ async def dflash_pytorchjobs(
     body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> Entry:
     return _entry(namespace, labels, summarize_child(body))
+
+
+@kopf.index("trainer.kubeflow.org", "v1alpha1", "trainjobs", labels=OURS)
+async def dflash_trainjobs(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    return _entry(namespace, labels, summarize_child(body))
+
+
+@kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=OURS)
+async def dflash_jobsets(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> Entry:
+    """JobSet UID -> TrainJob UID (our labels reach the JobSet through the runtime patch)."""
+    return _entry(namespace, labels, summarize_jobset(body))
 
 
 @kopf.index("", "v1", "configmaps", labels=OURS)
@@ -102,6 +118,8 @@ def _likelihood(status: Any) -> tuple[tuple[str, int, float], ...]:
 
 @kopf.on.event("batch", "v1", "jobs", labels=OURS)
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=OURS)
+@kopf.on.event("trainer.kubeflow.org", "v1alpha1", "trainjobs", labels=OURS)
+@kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=OURS)
 @kopf.on.event("", "v1", "pods", labels=OURS)
 async def child_changed(
     namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any

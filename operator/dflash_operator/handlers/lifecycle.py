@@ -21,7 +21,13 @@ from dflash_operator.pools import PoolsConfig, PoolsError, load_pools
 from dflash_operator.runtime.cleanup import CleanupRunner
 from dflash_operator.runtime.controller import Controller, run_key
 from dflash_operator.runtime.kube import Kube, load_api_client
-from dflash_operator.runtime.observer import CHILD_INDEXES, POD_INDEX, Observer, snapshot
+from dflash_operator.runtime.observer import (
+    CHILD_INDEXES,
+    JOBSET_INDEX,
+    POD_INDEX,
+    Observer,
+    snapshot,
+)
 from dflash_operator.runtime.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -43,8 +49,8 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.persistence.finalizer = FINALIZER
     settings.posting.enabled = False  # events are ours (runtime/events.py), not log lines
     settings.peering.standalone = True  # one replica, strategy Recreate (the chart)
-    # Scanning on: kopf follows CRDs, so the PyTorchJob watch starts when the training-operator
-    # is installed after us (no restart); in single-namespace mode it follows the namespaces.
+    # Scanning on: kopf follows CRDs, so the PyTorchJob / TrainJob watches start when the
+    # training-operator or Trainer is installed after us (no restart); in single-namespace mode it follows the namespaces.
     settings.scanning.disabled = False
     settings.watching.server_timeout = int(config.watch_server_timeout)  # the API wants seconds
     settings.watching.client_timeout = config.watch_client_timeout
@@ -55,6 +61,8 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     for resource in (
         ("batch", "jobs"),
         ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("jobset.x-k8s.io", "jobsets"),
         ("", "pods"),
         ("", "configmaps"),
     ):
@@ -90,8 +98,10 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> No
         trainer_image=config.trainer_image,
         stage_backoff_limit=config.stage_backoff_limit,
         pod=PodSettings(image_pull_policy=config.image_pull_policy, run_as_user=config.run_as_user),
+        default_launcher=config.default_launcher,
+        training_runtime=config.training_runtime,
     )
-    indices = {name: kwargs[name] for name in (*CHILD_INDEXES, POD_INDEX, RUNS_INDEX)}
+    indices = {name: kwargs[name] for name in (*CHILD_INDEXES, POD_INDEX, JOBSET_INDEX, RUNS_INDEX)}
     runs = indices[RUNS_INDEX]
 
     def entries() -> dict[str, RunEntry]:

@@ -17,12 +17,11 @@ from dflash_operator.api.constants import (
 )
 from dflash_operator.api.status import DFlashRunStatus, build_condition, upsert_condition
 from dflash_operator.api.status_parts import ChildRef, Condition
+from dflash_operator.children.kinds import WORKLOAD_KINDS
 from dflash_operator.plan.actions import Action, Event, EventType, Plan
 from dflash_operator.plan.observed import ChildView
 from dflash_operator.plan.redaction import redact
 
-# Kinds whose name carries an attempt number (the rest are one per run).
-WORKLOAD_KINDS = frozenset({"Job", "PyTorchJob"})
 # Reasons that deserve a Warning event rather than a Normal one.
 WARNING_REASONS = frozenset(
     {
@@ -33,6 +32,8 @@ WARNING_REASONS = frozenset(
         Reason.CHILD_LOST,
         Reason.CHILD_CREATE_FAILED,
         Reason.TRAINING_OPERATOR_MISSING,
+        Reason.TRAINING_API_MISSING,
+        Reason.WORKLOAD_RESTARTED,
         Reason.OBJECT_MISSING,
         Reason.AUDIT_FAILED,
         Reason.INVALID_SPEC,

@@ -19,6 +19,8 @@ class Finished:
     done: bool
     ok: bool = False
     message: str = ""
+    # A failure no new attempt can help (its own deadline passed): never restarted.
+    final: bool = False
 
 
 RUNNING = Finished(done=False)
@@ -45,6 +47,8 @@ class ChildView:
     # What a stage's child was rendered from (annotation dflash.dev/spec-inputs); None on
     # children made by an operator version before it (taken as current).
     spec_inputs: str | None = None
+    # Restarts after failures its stage had made when the operator created it (meta.py).
+    failure_restarts: int = 0
     active_deadline_seconds: int | None = None
     deleting: bool = False
     # The Kueue LocalQueue its labels name (kueue.x-k8s.io/queue-name); None: not queued.
@@ -113,6 +117,9 @@ class PodView:
     gpus: float = 0.0
     started_at: datetime | None = None
     replica_type: str | None = None
+    # A TrainJob's pod: the UID of its JobSet (label jobset.sigs.k8s.io/jobset-uid), which
+    # the observer resolves to the TrainJob's UID in `owner_uid`.
+    jobset_uid: str | None = None
     # Why its main container has not started (kubelet's waiting state), e.g.
     # CreateContainerConfigError: 'secret "s3" not found'.
     waiting_reason: str | None = None
@@ -169,6 +176,9 @@ class Observed:
     create_failures: tuple[CreateFailure, ...] = field(default=())
     workloads: tuple[WorkloadView, ...] = ()
     lookups: tuple[Lookup, ...] = ()
+    # Workload kinds of training the API server serves (TrainJob, PyTorchJob), from API
+    # discovery; None: not looked up (every kind is taken as served).
+    served_kinds: frozenset[str] | None = None
 
     def child(self, kind: str, name: str) -> ChildView | None:
         for child in self.children:

@@ -5,17 +5,15 @@ a plan already carried out asks for nothing more.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from dflash_operator.api.annotations import AuditApproval
 from dflash_operator.api.constants import (
-    ANNOTATION_EXTRA_GPU_HOURS,
     STAGE_CONDITIONS,
     STAGE_PHASES,
     ConditionStatus,
@@ -31,9 +29,10 @@ from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.status import DFlashRunStatus, format_audit_verdict, format_node_pools
 from dflash_operator.api.validation import SpecError, parse_spec
 from dflash_operator.children.config_map import build_config_map
-from dflash_operator.children.kinds import KINDS
+from dflash_operator.children.kinds import WORKLOAD_KINDS
 from dflash_operator.children.meta import (
     ANNOTATION_CONFIG_HASH,
+    ANNOTATION_FAILURE_RESTARTS,
     ANNOTATION_SPEC_INPUTS,
     RunRef,
     build_run_root,
@@ -49,10 +48,19 @@ from dflash_operator.plan.actions import (
     SetSuspend,
     SetWorkloadActive,
 )
-from dflash_operator.plan.draft import WORKLOAD_KINDS, Draft
+from dflash_operator.plan.budget import budget_message, budget_of, sync_budget_condition
+from dflash_operator.plan.create_failures import report_create_failure
+from dflash_operator.plan.draft import Draft
+from dflash_operator.plan.launcher import choose_launcher
 from dflash_operator.plan.length_check import warn_untrainable_generation
+from dflash_operator.plan.lifetime import (
+    expire_children,
+    past_run_deadline,
+    requeue_at_run_deadline,
+    stop_running_children,
+)
 from dflash_operator.plan.memory_check import admit_training_memory
-from dflash_operator.plan.observed import POD_DONE_PHASES, ChildView, CreateFailure, Observed
+from dflash_operator.plan.observed import POD_DONE_PHASES, ChildView, Observed
 from dflash_operator.plan.placement import PlacementError, place_stage, place_stages
 from dflash_operator.plan.prune import prune_after_success
 from dflash_operator.plan.requests import (
@@ -77,6 +85,7 @@ from dflash_operator.plan.stages import (
     build_stage_child,
     stage_kind,
     stage_queue,
+    stage_restarts,
 )
 from dflash_operator.plan.state import StageState, stage_state
 from dflash_operator.plan.training_audit import record_training_audit
@@ -84,6 +93,8 @@ from dflash_operator.pools import PoolsConfig
 
 # A child that is still being deleted blocks its name; look again shortly.
 DELETING_RECHECK_SECONDS = 2.0
+# Training waits for its API (discovery is cached for about as long).
+API_MISSING_RECHECK_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +137,7 @@ def plan(inp: PlanInput) -> Plan:
     used = gpu_hours.account(draft, observed)
     retry, retry_problem = parse_retry(meta.annotations, draft.status.retry_token)
     spec, problem = _parse_spec(inp.body.get("spec"), meta.name)
-    budget, budget_problem = _budget(spec, meta.annotations) if spec else (None, None)
+    budget, budget_problem = budget_of(spec, meta.annotations) if spec else (None, None)
     over_budget = budget is not None and used >= budget
     if spec is not None and over_budget and not spec.suspend:
         # Out of GPU-hours: the run behaves as suspended (children stopped, output kept).
@@ -141,11 +152,11 @@ def plan(inp: PlanInput) -> Plan:
                 Reason.RETRY_REQUESTED, f"Retry {retry.token!r} ignored: the run already succeeded"
             )
         if draft.status.phase == Phase.FAILED:
-            _stop_running_children(draft, observed)
+            stop_running_children(draft, observed)
         if spec is not None:
             if draft.status.phase == Phase.SUCCEEDED:
                 prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
-            _expire_children(spec, draft, observed)
+            expire_children(spec, draft, observed)
         return draft.finish()
     if retry is not None:
         draft.status.retry_token = retry.token
@@ -169,9 +180,11 @@ def plan(inp: PlanInput) -> Plan:
     # Started: a pools change never fails what runs; a stage that no longer fits fails the run
     # when it is about to start (`_step`).
     unplaced = {s: place_stage(spec, s, inp.pools) for s in stages if s not in placements}
+    choice = choose_launcher(spec, draft.status, observed, inp.settings.default_launcher)
     ctx = StageContext(
         run, spec, build_run_root(spec.storage, run), placements, inp.settings,
         unplaced={s: e for s, e in unplaced.items() if isinstance(e, PlacementError)},
+        launcher=choice.launcher, launcher_missing=choice.missing,
     )  # fmt: skip
     _initial_conditions(draft, stages)
     if not spec.regeneration.enabled:
@@ -188,25 +201,25 @@ def plan(inp: PlanInput) -> Plan:
     _stop_dropped_stages(draft, observed, stages)
     if retry is not None:
         apply_retry(ctx, draft, retry, stages, observed)
-    if _past_run_deadline(spec, draft):
-        _stop_running_children(draft, observed)
+    if past_run_deadline(spec, draft):
+        stop_running_children(draft, observed)
         return draft.finish()
     approvals, approval_problems = parse_approvals(meta.annotations)
     current = _walk(ctx, draft, stages, observed, approvals)
     if draft.status.phase == Phase.FAILED:
-        _stop_running_children(draft, observed)
-    _requeue_at_run_deadline(spec, draft)
+        stop_running_children(draft, observed)
+    requeue_at_run_deadline(spec, draft)
     if current is None:  # every stage is done: the run succeeded in this pass
         prune_after_success(run, spec, draft, observed, inp.pools, inp.settings)
     ignored = [*approval_problems, *([retry_problem] if retry_problem else [])]
     if ignored and draft.status.phase in (Phase.AUDIT_FAILED, Phase.FAILED):
         draft.status.message = f"{draft.status.message}; ignored: {'; '.join(ignored)}"
-    budget_message = _budget_message(used, budget, over_budget, current, run)
-    if budget_message and budget_problem:
-        budget_message += f"; {budget_problem}"
-    _sync_suspension(ctx, draft, current, budget_message)
+    over_message = budget_message(used, budget, over_budget, current, run)
+    if over_message and budget_problem:
+        over_message += f"; {budget_problem}"
+    _sync_suspension(ctx, draft, current, over_message)
     if budget is not None:
-        _sync_budget_condition(draft, budget, budget_message, budget_problem)
+        sync_budget_condition(draft, budget, over_message, budget_problem)
     if current is not None:
         condition = draft.condition(STAGE_CONDITIONS[current])
         draft.edit_pending = condition is not None and condition.reason == Reason.SPEC_CHANGED
@@ -296,7 +309,8 @@ def _step(
     ctx: StageContext, draft: Draft, stage: Stage, state: StageState, observed: Observed
 ) -> bool:
     """Move the current stage on; True when it finished successfully in this pass."""
-    kind = stage_kind(ctx.spec, stage).kind
+    child_kind = stage_kind(ctx, stage)
+    kind = child_kind.kind
     attempt = max(draft.attempt(stage) + (1 if state == StageState.PENDING else 0), 1)
     if attempt > MAX_ATTEMPT:
         outcomes.fail_run(
@@ -331,6 +345,8 @@ def _step(
     draft.set_attempt(stage, attempt)
     if draft.status.start_time is None:
         draft.status.start_time = draft.now
+    if stage == Stage.TRAIN:
+        draft.status.launcher = ctx.launcher  # adopted: recorded, never changed
     pods = observed.pods_of(child)
     if not child.finished.done:
         if stage == Stage.TRAIN:
@@ -339,11 +355,38 @@ def _step(
         _sync_child_suspension(ctx, draft, stage, child, observed)
         deadline = ctx.spec.section_of(stage)
         seconds = getattr(deadline, "active_deadline_seconds", None)
-        if child.active_deadline_seconds != seconds:
+        if child.active_deadline_seconds != seconds and child_kind.deadline_mutable:
             draft.act(SetDeadline(kind, name, seconds))
         references.mark_unfinished(ctx, draft, stage, attempt, child, observed)
         return False
+    if not child.finished.ok and _restart_failed(ctx, draft, stage, child, observed):
+        return False
     return record_finished(ctx, draft, stage, attempt, child, pods)
+
+
+def _restart_failed(
+    ctx: StageContext, draft: Draft, stage: Stage, child: ChildView, observed: Observed
+) -> bool:
+    """A failed child of a kind that does not restart itself is followed by the next attempt
+    (resuming from the newest checkpoint) while the stage's restarts last. True when it is."""
+    limit = stage_restarts(ctx, stage)
+    restart = child.failure_restarts + 1
+    if restart > limit or child.attempt >= MAX_ATTEMPT or child.finished.final:
+        return False
+    next_attempt = child.attempt + 1
+    message = Reason.WORKLOAD_RESTARTED.message(
+        kind=child.kind, name=child.name, error=child.finished.message, stage=stage.value,
+        attempt=next_attempt, restart=restart, limit=limit,
+    )  # fmt: skip
+    draft.set_condition(
+        STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.WORKLOAD_RESTARTED, message
+    )
+    next_name = child_name(ctx.run.name, stage, next_attempt)
+    if observed.child(child.kind, next_name) is None:
+        _start(ctx, draft, stage, next_attempt, child.kind, next_name, observed, restart)
+    else:  # created by this very pass: the next reconcile follows it
+        draft.set_attempt(stage, next_attempt)
+    return True
 
 
 def _start(
@@ -354,8 +397,10 @@ def _start(
     kind: str,
     name: str,
     observed: Observed,
+    failure_restarts: int = 0,
 ) -> None:
-    """Create the stage's child (after its config and, for training, its identity)."""
+    """Create the stage's child (after its config and, for training, its identity);
+    `failure_restarts`: the restarts after failures it continues (annotated on it)."""
     earlier = [
         pod for pod in observed.pods
         if pod.stage == stage and pod.attempt <= attempt and pod.phase not in POD_DONE_PHASES
@@ -372,6 +417,16 @@ def _start(
         )
         draft.requeue(DELETING_RECHECK_SECONDS)
         return
+    if stage == Stage.TRAIN and ctx.launcher_missing:
+        message = Reason.TRAINING_API_MISSING.message(
+            stage=stage.value, problem=ctx.launcher_missing
+        )
+        draft.set_condition(
+            STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.TRAINING_API_MISSING, message
+        )
+        draft.set_phase(STAGE_PHASES[stage], message)
+        draft.requeue(API_MISSING_RECHECK_SECONDS)
+        return
     config = _config_map(ctx, draft)
     access = _trainer_access(ctx) if stage == Stage.TRAIN else []
     wanted = [("ConfigMap", config["metadata"]["name"])]
@@ -382,7 +437,7 @@ def _start(
             references.mark_missing(draft, stage, failure.missing, ctx.run.namespace)
             return
         if failure is not None:
-            _report_create_failure(draft, stage, failure)
+            report_create_failure(draft, stage, failure)
             return
     draft.set_phase(STAGE_PHASES[stage], f"creating {kind} {name}")
     if ctx.spec.suspend:
@@ -393,13 +448,15 @@ def _start(
         draft.act(ApplyConfig(config))
     if stage == Stage.TRAIN:
         _ensure_trainer_access(ctx, draft, observed)
+        draft.status.launcher = ctx.launcher  # decided: the run trains with it to the end
     # A queued child starts suspended: Kueue admits it (all pods at once) when quota allows.
     queued = stage_queue(ctx, stage) is not None
     manifest = build_stage_child(ctx, stage, attempt, suspend=queued)
     inputs = stage_inputs(ctx.spec, stage, config["data"])
-    manifest["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_INPUTS] = format_inputs(
-        inputs
-    )
+    annotations = manifest["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_SPEC_INPUTS] = format_inputs(inputs)
+    if failure_restarts:
+        annotations[ANNOTATION_FAILURE_RESTARTS] = str(failure_restarts)
     requires = references.build_references(ctx, stage)
     draft.act(CreateChild(manifest, stage, attempt, requires=requires))
 
@@ -482,37 +539,6 @@ def _trainer_access(ctx: StageContext) -> list[dict[str, Any]]:
     return build_trainer_access(ctx.run, ctx.spec.training.service_account_annotations)
 
 
-def _report_create_failure(draft: Draft, stage: Stage, failure: CreateFailure) -> None:
-    if failure.api_missing:
-        # No CRD (no training-operator): one condition and one event, not a Warning per try;
-        # the create is tried again every 10 s and kopf starts the watch once the CRD appears.
-        api_version = KINDS[failure.kind].api_version if failure.kind in KINDS else "?"
-        message = Reason.TRAINING_OPERATOR_MISSING.message(
-            kind=failure.kind, api_version=api_version, stage=stage.value
-        )
-        draft.set_condition(
-            STAGE_CONDITIONS[stage], ConditionStatus.FALSE, Reason.TRAINING_OPERATOR_MISSING,
-            message,
-        )  # fmt: skip
-        draft.set_phase(STAGE_PHASES[stage], message)
-        return
-    message = Reason.CHILD_CREATE_FAILED.message(
-        kind=failure.kind, name=failure.name, error=failure.message
-    )
-    if failure.permanent:
-        draft.set_condition(
-            STAGE_CONDITIONS[stage],
-            ConditionStatus.FALSE,
-            Reason.CHILD_CREATE_FAILED,
-            message,
-            announce=False,
-        )
-        outcomes.fail_run(draft, Reason.CHILD_CREATE_FAILED, message)
-        return
-    draft.event(Reason.CHILD_CREATE_FAILED, message)
-    draft.set_phase(STAGE_PHASES[stage], message)
-
-
 def _succeed(draft: Draft, evaluated: bool) -> None:
     acceptance = draft.status.acceptance_length
     if acceptance is not None:
@@ -528,55 +554,6 @@ def _succeed(draft: Draft, evaluated: bool) -> None:
     draft.set_phase(Phase.SUCCEEDED, message)
     draft.status.completion_time = draft.now
     draft.status.progress = f"acceptance {acceptance:.2f}" if acceptance is not None else "done"
-
-
-def _budget(spec: DFlashRunSpec, annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
-    """(spec.budget.maxGpuHours plus the extra-gpu-hours annotation, or None: no budget; what
-    was wrong with the annotation, said in the BudgetExceeded condition)."""
-    limit = spec.budget.max_gpu_hours
-    raw = annotations.get(ANNOTATION_EXTRA_GPU_HOURS)
-    if limit is None or raw is None:
-        return limit, None
-    try:
-        extra = float(raw)
-    except ValueError:
-        extra = math.nan
-    if not math.isfinite(extra) or extra < 0:
-        return limit, (
-            f"ignored: {ANNOTATION_EXTRA_GPU_HOURS}={raw!r} is not accepted: a number of "
-            "GPU-hours, 0 or more (e.g. 250)"
-        )
-    return limit + extra, None
-
-
-def _budget_message(
-    used: float, budget: float | None, over: bool, current: Stage | None, run: RunRef
-) -> str | None:
-    """Why the budget stopped the run (None: it did not). `used` is as of now: once stopped,
-    no pod adds to it, so the message is stable."""
-    if budget is None or not over:
-        return None
-    return Reason.BUDGET_EXCEEDED.message(
-        used=used, budget=budget, stage=current.value if current else "the run", run=run.name
-    )
-
-
-def _sync_budget_condition(
-    draft: Draft, budget: float, over_message: str | None, problem: str | None
-) -> None:
-    if over_message is not None:
-        draft.set_condition(
-            ConditionType.BUDGET_EXCEEDED, ConditionStatus.TRUE, Reason.BUDGET_EXCEEDED,
-            over_message, announce=False,
-        )  # fmt: skip
-        return
-    # The status total (written at most every 5 minutes), not the live one: no write per pass.
-    used = draft.status.gpu_hours.total if draft.status.gpu_hours else 0.0
-    message = Reason.WITHIN_BUDGET.message(used=used, budget=budget)
-    draft.set_condition(
-        ConditionType.BUDGET_EXCEEDED, ConditionStatus.FALSE, Reason.WITHIN_BUDGET,
-        f"{message}; {problem}" if problem else message, announce=False,
-    )  # fmt: skip
 
 
 def _sync_suspension(
@@ -603,52 +580,3 @@ def _sync_suspension(
                 Reason.TRAINING_RESUMED,
                 Reason.TRAINING_RESUMED.message(uri=checkpoint.uri, step=checkpoint.step),
             )
-
-
-def _stop_running_children(draft: Draft, observed: Observed) -> None:
-    """A failed run keeps no pod: its unfinished Jobs / PyTorchJobs are deleted (their pods go
-    with them; finished ones stay for inspection). No GPU is held for a run that failed."""
-    for child in observed.children:
-        if child.kind in WORKLOAD_KINDS and not child.finished.done and not child.deleting:
-            draft.act(DeleteChild(child.kind, child.name))
-
-
-def _past_run_deadline(spec: DFlashRunSpec, draft: Draft) -> bool:
-    """spec.activeDeadlineSeconds, counted from the first stage's start: past it, the run
-    fails naming the stage it was in (`_requeue_at_run_deadline` looks again when it is due)."""
-    seconds, started = spec.active_deadline_seconds, draft.status.start_time
-    if seconds is None or started is None:
-        return False
-    if draft.now < started + timedelta(seconds=seconds):
-        return False
-    # From the phase, not the children: the plan after the deletion must say the same.
-    phase = draft.status.phase
-    stage = next((s.value for s, p in STAGE_PHASES.items() if p == phase), "between stages")
-    message = Reason.DEADLINE_EXCEEDED.message(
-        seconds=seconds, started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), stage=stage
-    )
-    outcomes.fail_run(draft, Reason.DEADLINE_EXCEEDED, message)
-    return True
-
-
-def _requeue_at_run_deadline(spec: DFlashRunSpec, draft: Draft) -> None:
-    seconds, started = spec.active_deadline_seconds, draft.status.start_time
-    phase = draft.status.phase
-    if seconds is not None and started is not None and not (phase and phase.is_terminal()):
-        due = started + timedelta(seconds=seconds)
-        draft.requeue(max((due - draft.now).total_seconds(), 0.0))
-
-
-def _expire_children(spec: DFlashRunSpec, draft: Draft, observed: Observed) -> None:
-    """ttlSecondsAfterFinished: delete the finished run's workloads once it expires."""
-    ttl = spec.ttl_seconds_after_finished
-    done_at = draft.status.completion_time
-    if ttl is None or done_at is None:
-        return
-    due = done_at + timedelta(seconds=ttl)
-    if draft.now < due:
-        draft.requeue((due - draft.now).total_seconds())
-        return
-    for child in observed.children:
-        if child.kind in WORKLOAD_KINDS and not child.deleting:
-            draft.act(DeleteChild(child.kind, child.name))

@@ -46,11 +46,17 @@ from dflash_operator.plan import outcomes
 from dflash_operator.plan.actions import LookUp
 from dflash_operator.plan.draft import Draft
 from dflash_operator.plan.observed import ChildView, ObjectRef, Observed, PodView, WorkloadView
-from dflash_operator.plan.stages import StageContext, pod_context, stage_queue
+from dflash_operator.plan.stages import StageContext, pod_context, runtime_kind, stage_queue
 
 # The kinds the operator looks up by name (its RBAC: `get` on each); Secrets are not among them.
-LOOKED_UP_KINDS = ("PriorityClass", "LocalQueue", "ServiceAccount", "ConfigMap")
-CLUSTER_SCOPED_KINDS = frozenset({"PriorityClass"})
+LOOKED_UP_KINDS = (
+    "PriorityClass",
+    "LocalQueue",
+    "ServiceAccount",
+    "ConfigMap",
+    "ClusterTrainingRuntime",
+)
+CLUSTER_SCOPED_KINDS = frozenset({"PriorityClass", "ClusterTrainingRuntime"})
 # The kubelet's words for a missing Secret / ConfigMap / key (pkg/kubelet/kubelet_pods.go).
 _NOT_FOUND = re.compile(r'\b(secret|configmap) "([^"]+)" not found', re.IGNORECASE)
 _NO_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
@@ -94,7 +100,22 @@ def build_references(ctx: StageContext, stage: Stage) -> tuple[ObjectRef, ...]:
         refs.append(
             ObjectRef("ConfigMap", ca.config_map_name, "spec.storage.caBundle.configMapName")
         )
+    runtime = training_runtime_ref(ctx, stage)
+    if runtime is not None:
+        refs.append(runtime)
     return tuple(refs)
+
+
+def training_runtime_ref(ctx: StageContext, stage: Stage) -> ObjectRef | None:
+    """The ClusterTrainingRuntime a TrainJob references: a TrainJob of a missing runtime is
+    accepted by the API server and then fails; looked up first, it is named instead."""
+    kind = runtime_kind(ctx.launcher)
+    if stage != Stage.TRAIN or kind is None:
+        return None
+    field = "spec.training.runtimeRef"
+    if not ctx.spec.training.runtime_ref:
+        field = "the chart's training.runtime.name, as spec.training.runtimeRef is unset"
+    return ObjectRef(kind, ctx.runtime, field)
 
 
 def secret_fields(spec: DFlashRunSpec) -> dict[tuple[str, str], str]:

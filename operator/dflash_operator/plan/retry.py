@@ -44,7 +44,7 @@ def apply_retry(
         target = Stage.CANARY
     reset_gate = False
     for stage in active[active.index(target) :]:
-        kind = stage_kind(ctx.spec, stage).kind
+        kind = stage_kind(ctx, stage).kind
         attempt = draft.attempt(stage)
         if attempt:
             old = observed.child(kind, child_name(ctx.run.name, stage, attempt))

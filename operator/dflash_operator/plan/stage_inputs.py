@@ -38,6 +38,15 @@ _PAIR_SEPARATOR = ","
 _HASH_SEPARATOR = ":"
 
 
+# spec.training.runtimeRef is new: left out while unset, it keeps the hashes that children of
+# older operators recorded, so an upgrade restarts nothing that runs.
+UNSET_NOT_HASHED = ("runtimeRef",)
+# spec.training.launcher never restarts a running child (a run keeps the kind it started with,
+# plan/launcher.py): hashed as the one value older operators' children recorded, its former
+# default, whatever it is now.
+HASHED_LAUNCHER = "pytorchjob"
+
+
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -51,6 +60,11 @@ def stage_inputs(
     section = spec.section_of(stage)
     if section is not None:
         dumped = section.model_dump(mode="json", by_alias=True, exclude={"active_deadline_seconds"})
+        for key in UNSET_NOT_HASHED:
+            if dumped.get(key, "") is None:
+                del dumped[key]
+        if "launcher" in dumped:
+            dumped["launcher"] = HASHED_LAUNCHER
         parts[f"spec.{STAGE_SECTIONS[stage]}"] = _digest(dumped)
     storage = spec.storage.model_dump(mode="json", by_alias=True, exclude={"cleanup_policy"})
     parts["spec.storage"] = _digest(storage)

@@ -10,9 +10,11 @@ from typing import Any
 from dflash_operator.api.constants import GATE_STAGES, KUEUE_QUEUE_LABEL, Gate, Stage
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_storage import CleanupPolicy
+from dflash_operator.api.spec_training import Launcher
 from dflash_operator.children import jobs
 from dflash_operator.children.commands import is_hub_model
 from dflash_operator.children.kinds import JOB, ChildKind
+from dflash_operator.children.launch import LaunchOptions
 from dflash_operator.children.launchers import LAUNCHERS
 from dflash_operator.children.meta import RunRef
 from dflash_operator.children.pod import PodContext, PodSettings
@@ -21,6 +23,7 @@ from dflash_operator.config import (
     DEFAULT_REGEN_IMAGE,
     DEFAULT_STAGE_BACKOFF_LIMIT,
     DEFAULT_TRAINER_IMAGE,
+    DEFAULT_TRAINING_RUNTIME,
 )
 from dflash_operator.plan.placement import Placement, PlacementError
 
@@ -44,6 +47,9 @@ class PlanSettings:
     trainer_image: str = DEFAULT_TRAINER_IMAGE
     stage_backoff_limit: int = DEFAULT_STAGE_BACKOFF_LIMIT
     pod: PodSettings = field(default_factory=PodSettings)
+    # spec.training.launcher of runs that set none, and the TrainJobs' default runtime.
+    default_launcher: Launcher = Launcher.AUTO
+    training_runtime: str = DEFAULT_TRAINING_RUNTIME
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,15 @@ class StageContext:
     # Stages that do not fit the pools as they are now (the pools changed after the run
     # started): each fails the run only when it is about to start.
     unplaced: dict[Stage, PlacementError] = field(default_factory=dict)
+    # The training workload's launcher, resolved (plan/launcher.py), and why it cannot start
+    # (None: it can): e.g. the cluster does not serve its API.
+    launcher: Launcher = Launcher.PYTORCHJOB
+    launcher_missing: str | None = None
+
+    @property
+    def runtime(self) -> str:
+        """The ClusterTrainingRuntime of a TrainJob: spec.training.runtimeRef, else the chart's."""
+        return self.spec.training.runtime_ref or self.settings.training_runtime
 
 
 def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
@@ -78,10 +93,24 @@ def build_pipeline(spec: DFlashRunSpec) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
-def stage_kind(spec: DFlashRunSpec, stage: Stage) -> ChildKind:
+def stage_kind(ctx: StageContext, stage: Stage) -> ChildKind:
     if stage == Stage.TRAIN:
-        return LAUNCHERS[spec.training.launcher].kind
+        return LAUNCHERS[ctx.launcher].kind
     return JOB
+
+
+def runtime_kind(launcher: Launcher) -> str | None:
+    """The kind of runtime the launcher's workload references (None: none)."""
+    return LAUNCHERS[launcher].runtime_kind
+
+
+def stage_restarts(ctx: StageContext, stage: Stage) -> int:
+    """Failed children of a stage the operator follows with a new attempt (0: the child
+    retries by itself, as Jobs and PyTorchJobs do; a TrainJob's JobSet fails on the first
+    pod failure and the operator spends spec.training.maxRestarts)."""
+    if stage == Stage.TRAIN and not LAUNCHERS[ctx.launcher].restarts_in_place:
+        return ctx.spec.training.max_restarts
+    return 0
 
 
 def stage_image(ctx: StageContext, stage: Stage) -> str:
@@ -159,8 +188,8 @@ def build_stage_child(
     if stage == Stage.TOKENIZE:
         return jobs.build_tokenize_job(pod, ctx.run_root, limit, suspend)
     if stage == Stage.TRAIN:
-        launcher = LAUNCHERS[ctx.spec.training.launcher]
-        return launcher.build(pod, ctx.run_root, ctx.spec.training.max_restarts, suspend)
+        options = LaunchOptions(ctx.spec.training.max_restarts, ctx.runtime)
+        return LAUNCHERS[ctx.launcher].build(pod, ctx.run_root, options, suspend)
     if stage == Stage.EVAL:
         return jobs.build_eval_job(pod, ctx.run_root, limit, suspend)
     raise ValueError(f"stage {stage.value!r} has no pipeline child")

@@ -53,6 +53,7 @@ RESOURCES: dict[str, Resource] = {
     "DFlashRun": Resource(GROUP, VERSION, PLURAL),
     "Job": Resource("batch", "v1", "jobs"),
     "PyTorchJob": Resource("kubeflow.org", "v1", "pytorchjobs"),
+    "TrainJob": Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
     "ConfigMap": Resource("", "v1", "configmaps"),
     "Pod": Resource("", "v1", "pods"),
     "Event": Resource("", "v1", "events"),
@@ -63,6 +64,9 @@ RESOURCES: dict[str, Resource] = {
     # Objects a run names (plan/references.py): looked up by name, never listed or watched.
     "LocalQueue": Resource("kueue.x-k8s.io", "v1beta2", "localqueues"),
     "PriorityClass": Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
+    "ClusterTrainingRuntime": Resource(
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", namespaced=False
+    ),
     "Lease": Resource("coordination.k8s.io", "v1", "leases"),
 }
 
@@ -71,6 +75,10 @@ PROVIDERS: dict[str, str] = {
     "LocalQueue": "Kueue LocalQueue {version} is not served: install Kueue >= 0.15",
     "Workload": "Kueue Workload {version} is not served: install Kueue >= 0.15",
     "PyTorchJob": "PyTorchJob {version} is not served: install the Kubeflow training-operator",
+    "TrainJob": "TrainJob {version} is not served: install Kubeflow Trainer >= v2.3",
+    "ClusterTrainingRuntime": (
+        "ClusterTrainingRuntime {version} is not served: install Kubeflow Trainer >= v2.3"
+    ),
 }
 
 

@@ -18,16 +18,18 @@ from dflash_operator.api.constants import (
     Reason,
 )
 from dflash_operator.api.status import DFlashRunStatus
-from dflash_operator.children.kinds import summarize_pod, summarize_workload
-from dflash_operator.plan.draft import WORKLOAD_KINDS
+from dflash_operator.children.kinds import WORKLOAD_KINDS, summarize_pod, summarize_workload
 from dflash_operator.plan.observed import ChildView, Observed, PodView, WorkloadView
+from dflash_operator.runtime.discovery import ServedKinds
 from dflash_operator.runtime.kube import Kube, KubeError
 
 T = TypeVar("T")
 RunKey = tuple[str, str]
 # Index names: the names of the index functions in handlers/indexes.py.
-CHILD_INDEXES = ("dflash_jobs", "dflash_pytorchjobs", "dflash_configmaps")
+CHILD_INDEXES = ("dflash_jobs", "dflash_pytorchjobs", "dflash_trainjobs", "dflash_configmaps")
 POD_INDEX = "dflash_pods"
+# JobSet UID -> TrainJob UID: a TrainJob's pods are owned by Jobs of its JobSet.
+JOBSET_INDEX = "dflash_jobsets"
 # Iterating an index while kopf's event loop updates it may raise; a few tries suffice.
 SNAPSHOT_TRIES = 5
 # The kubelet's events for a volume it cannot set up (a missing Secret, ConfigMap or key).
@@ -70,12 +72,23 @@ def _last_seen(event: Mapping[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
+def lift_to_trainjobs(pods: Iterable[PodView], jobsets: Mapping[str, str]) -> list[PodView]:
+    """A TrainJob's pod is owned by a Job of its JobSet: its owner becomes the TrainJob that
+    controls that JobSet (by UID, never by name). A JobSet already gone leaves the pod with
+    no owner, like any orphan."""
+    return [
+        replace(pod, owner_uid=jobsets.get(pod.jobset_uid)) if pod.jobset_uid else pod
+        for pod in pods
+    ]
+
+
 class Observer:
     """Builds `Observed` for a run from the indexes (and, rarely, one pod listing)."""
 
-    def __init__(self, indices: Indices, kube: Kube) -> None:
+    def __init__(self, indices: Indices, kube: Kube, served: ServedKinds | None = None) -> None:
         self.indices = indices
         self.kube = kube
+        self.served = served or ServedKinds(kube)
 
     def _index(self, name: str, key: RunKey) -> tuple[Any, ...]:
         index = self.indices[name]
@@ -91,9 +104,18 @@ class Observer:
             selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run}"
             listed = (summarize_pod(body) for body in self.kube.list("Pod", namespace, selector))
             pods = [pod for pod in listed if pod is not None]
-        pods = self._mount_failures(namespace, pods)
+        pods = self._mount_failures(namespace, lift_to_trainjobs(pods, self._jobsets(key)))
         workloads = self._workloads(namespace, children)
-        return Observed(children=tuple(children), pods=tuple(pods), workloads=workloads)
+        return Observed(
+            children=tuple(children),
+            pods=tuple(pods),
+            workloads=workloads,
+            served_kinds=self.served.served(),
+        )
+
+    def _jobsets(self, key: RunKey) -> dict[str, str]:
+        entries = self._index(JOBSET_INDEX, key)
+        return dict(e for e in entries if isinstance(e, tuple) and len(e) == 2)
 
     def _mount_failures(self, namespace: str, pods: list[PodView]) -> list[PodView]:
         """The kubelet's FailedMount events of the pods waiting in ContainerCreating: one

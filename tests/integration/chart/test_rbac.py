@@ -23,11 +23,15 @@ OPERATOR_RIGHTS = {
     "dflashruns.dflash.dev/finalizers": {"update"},
     "jobs.batch": {"get", "list", "watch", "create", "patch", "delete"},
     "pytorchjobs.kubeflow.org": {"get", "list", "watch", "create", "patch", "delete"},
+    "trainjobs.trainer.kubeflow.org": {"get", "list", "watch", "create", "patch", "delete"},
+    # A TrainJob's pods name their JobSet: JobSets are watched, never written.
+    "jobsets.jobset.x-k8s.io": {"list", "watch"},
     "pods": {"list", "watch"},
     "workloads.kueue.x-k8s.io": {"list", "patch"},
     # Objects a run names, looked up by name before its child is created (plan/references.py).
     "localqueues.kueue.x-k8s.io": {"get"},
     "priorityclasses.scheduling.k8s.io": {"get"},
+    "clustertrainingruntimes.trainer.kubeflow.org": {"get"},
     "configmaps": {"get", "list", "watch", "create", "update"},
     "serviceaccounts": {"get", "create"},
     "roles.rbac.authorization.k8s.io": {"get", "create"},
@@ -45,6 +49,7 @@ DISCOVERY_RIGHTS = {
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
     "namespaces": {"list", "watch"},
     "priorityclasses.scheduling.k8s.io": {"get"},
+    "clustertrainingruntimes.trainer.kubeflow.org": {"get"},
 }
 
 

@@ -8,6 +8,7 @@ the test writes their terminated state and termination message, as a real stage 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,11 +17,15 @@ from typing import Any
 
 import pytest
 import yaml
-from dflash_dev import operator_local
+from dflash_dev import operator_local, third_party_crds
 from dflash_dev.kube_wait import get_json, wait_for
 from dflash_dev.pytest_plugin import ClusterHandle
 
 HOLD = {"kwok.dflash.dev/hold": "true"}
+# The training backend the operator defaults to in these tests (DFLASH_DEFAULT_LAUNCHER): the
+# legacy PyTorchJob path unless DFLASH_TEST_LAUNCHER says trainjob (or auto), so that the same
+# suite runs on a control plane with Kubeflow Trainer v2 against TrainJobs.
+TEST_LAUNCHER = os.environ.get("DFLASH_TEST_LAUNCHER", "pytorchjob")
 # Generous: the machine is small and shared; a healthy step takes about a second.
 STEP_TIMEOUT = 60.0
 
@@ -57,6 +62,15 @@ def imported_spec(make_spec: Any, **overrides: Any) -> dict[str, Any]:
         }
     )
     return spec
+
+
+def is_rank_zero(pod: dict[str, Any]) -> bool:
+    """The pod of torch rank 0 (whose result the operator reads): a PyTorchJob's Master, or a
+    TrainJob's completion index 0."""
+    labels = pod["metadata"].get("labels", {})
+    if "jobset.sigs.k8s.io/jobset-name" in labels:
+        return labels.get("batch.kubernetes.io/job-completion-index") == "0"
+    return labels.get("training.kubeflow.org/replica-type") == "master"
 
 
 def now() -> str:
@@ -121,6 +135,7 @@ class Harness:
     operators: list[operator_local.OperatorProcess] = field(default_factory=list)
     stage_phases: dict[str, str] = field(default_factory=lambda: dict(STAGE_PHASES))
     stage_results: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(STAGE_RESULTS))
+    launcher: str = TEST_LAUNCHER
 
     # --- the operator ----------------------------------------------------------------------------
     @property
@@ -137,7 +152,7 @@ class Harness:
             pools_file=pools_file,
             log_path=self.workdir / f"operator-{len(self.operators)}.log",
             namespaces=(self.namespace,),
-            env=env or {},
+            env={"DFLASH_DEFAULT_LAUNCHER": self.launcher, **(env or {})},
             resync_seconds=5,
         ).start()
         self.operators.append(process)
@@ -216,7 +231,13 @@ class Harness:
 
     def pods_of(self, child: str) -> list[dict[str, Any]]:
         items = get_json(self.cluster, "pods", "-n", self.namespace)["items"]
-        owners = ("batch.kubernetes.io/job-name", "training.kubeflow.org/job-name")
+        # Job and PyTorchJob pods name their owner; a TrainJob's pods name its JobSet (the
+        # TrainJob's namesake).
+        owners = (
+            "batch.kubernetes.io/job-name",
+            "training.kubeflow.org/job-name",
+            "jobset.sigs.k8s.io/jobset-name",
+        )
         return [
             p for p in items if any(p["metadata"].get("labels", {}).get(k) == child for k in owners)
         ]
@@ -298,6 +319,17 @@ class Harness:
 @pytest.fixture
 def make_spec() -> Any:
     return base_spec
+
+
+@pytest.fixture(scope="session")
+def trainer_crds(cluster: ClusterHandle) -> ClusterHandle:
+    """The Kubeflow Trainer v2.3.0 CRDs (TrainJob, ClusterTrainingRuntime) on the cluster, from
+    the module proxy; no Trainer controller runs unless the control plane has one."""
+    for path in third_party_crds.ensure("kubeflow-trainer"):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    return cluster
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from typing import Any
 
 from dflash_dev.kube_wait import get_json, wait_for
 
+from .conftest import is_rank_zero
+
 RESTRICTED = (
     "pod-security.kubernetes.io/enforce=restricted",
     "pod-security.kubernetes.io/enforce-version=latest",
@@ -21,12 +23,10 @@ def enforce_restricted(harness: Any) -> None:
 
 
 def end_stage(harness: Any, stage: str) -> None:
-    """End the stage's pods, PyTorchJob workers before the master."""
+    """End the stage's pods, training's other ranks before rank 0."""
     count = {"regen": 2, "train": 2}.get(stage, 1)
     pods = harness.running_pods(f"r1-{stage}", count)
-    pods.sort(
-        key=lambda p: p["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "master"
-    )
+    pods.sort(key=is_rank_zero)
     for pod in pods:
         harness.finish_pod(pod, harness.stage_results[stage])
 

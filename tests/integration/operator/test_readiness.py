@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from dflash_dev import operator_local
 from dflash_dev.kube_wait import wait_for
-from dflash_operator.readiness import ReadinessServer, check_crd
+from dflash_operator.api.spec_training import Launcher
+from dflash_operator.readiness import BACKEND_CRDS, ReadinessServer, TrainingCrd, check_crd
 from dflash_operator.runtime.kube import Kube, load_api_client
 
 from .conftest import serve_pytorchjobs
@@ -52,7 +53,8 @@ def test_a_crd_that_is_not_installed_is_not_ready_and_the_answer_names_it(
     kube = Kube(load_api_client(str(harness.operator_kubeconfig), pool_size=1), 5.0, 10.0)
     assert check_crd(kube).ready
     missing = "pytorchjobs.missing.kubeflow.org"
-    server = ReadinessServer("127.0.0.1", 0, lambda: check_crd(kube, missing)).start()
+    target = TrainingCrd(missing, "PyTorchJob", "v1", BACKEND_CRDS[Launcher.PYTORCHJOB].install)
+    server = ReadinessServer("127.0.0.1", 0, lambda: check_crd(kube, target)).start()
     try:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=10)

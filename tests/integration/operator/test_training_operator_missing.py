@@ -1,6 +1,7 @@
-"""A cluster without the Kubeflow training-operator, on the real control plane: the run stops
-at training with one clear condition (no Warning per retry), and training starts by itself
-once the PyTorchJob API appears, with the operator still the same process, watching it.
+"""A cluster without the Kubeflow training-operator, on the real control plane (the operator
+defaults to the PyTorchJob backend here): the run stops at training with one clear condition
+(no Warning per retry, no create tried), and training starts by itself once the PyTorchJob API
+appears, with the operator still the same process, watching it.
 
 The API is taken away by marking the CRD's only version `served: false` (exactly what the API
 server shows a cluster without the CRD: a 404 on the resource), then put back; nothing stored
@@ -46,22 +47,25 @@ def test_training_waits_with_one_condition_and_starts_when_the_crd_appears(
         )
 
     trained = wait_for(
-        "Trained to say TrainingOperatorMissing",
+        "Trained to say TrainingApiMissing",
         lambda: (
-            (c := harness.condition("r1", "Trained"))
-            and c["reason"] == "TrainingOperatorMissing"
-            and c
+            (c := harness.condition("r1", "Trained")) and c["reason"] == "TrainingApiMissing" and c
         ),
     )
-    assert "does not serve PyTorchJob (kubeflow.org/v1)" in trained["message"]
-    assert "install the Kubeflow training-operator" in trained["message"]
+    # API discovery says what is missing before anything is created: no create is tried.
+    assert (
+        "needs PyTorchJob (kubeflow.org/v1), which this cluster does not serve"
+        in (trained["message"])
+    )
+    assert "install the Kubeflow training-operator v1" in trained["message"]
     assert harness.status("r1")["phase"] == "Training"
-    wait_for("two more create attempts", lambda: _creates(operator.metrics()) >= 3, 40)
+    assert _creates(operator.metrics()) == 0
     warnings = [(r, m) for t, r, m in harness.events("r1") if t == "Warning"]
-    assert [r for r, _ in warnings] == ["TrainingOperatorMissing"], warnings
+    assert [r for r, _ in warnings] == ["TrainingApiMissing"], warnings
 
     serve_pytorchjobs(cluster, True)
-    wait_for("r1-train", lambda: "r1-train" in harness.names("pytorchjobs"), 60)
+    # Discovery is cached 30 s and the run looked at again every 30 s.
+    wait_for("r1-train", lambda: "r1-train" in harness.names("pytorchjobs"), 90)
     wait_for(
         "Trained to say StageRunning",
         lambda: (harness.condition("r1", "Trained") or {}).get("reason") == "StageRunning",

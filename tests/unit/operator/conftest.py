@@ -166,6 +166,9 @@ class Sim:
         self.lookups: list[Lookup] = []
         self.not_served: set[str] = set()  # kinds whose API the cluster does not serve
         self.kueue_blocked = False
+        # Training kinds the API server serves (API discovery): the training-operator only,
+        # unless a test installs Kubeflow Trainer v2.
+        self.served_kinds: frozenset[str] | None = frozenset({"PyTorchJob"})
 
     # --- the world ---------------------------------------------------------------------------
     def observed(self) -> Observed:
@@ -173,6 +176,7 @@ class Sim:
             children=tuple(self.children.values()),
             pods=tuple(self.pods),
             workloads=tuple(self.workloads.values()),
+            served_kinds=self.served_kinds,
         )
 
     def kueue(self) -> None:

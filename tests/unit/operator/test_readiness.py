@@ -8,7 +8,8 @@ import urllib.request
 from typing import Any
 
 import pytest
-from dflash_operator.readiness import Readiness, ReadinessServer, build_readiness
+from dflash_operator.api.spec_training import Launcher
+from dflash_operator.readiness import Readiness, ReadinessServer, build_readiness, check_training
 
 INSTALL = "install the Kubeflow training-operator v1.9"
 
@@ -77,3 +78,44 @@ def test_probes_within_the_cache_time_share_one_check() -> None:
         assert len(checks) == 1
     finally:
         server.stop()
+
+
+class CrdLister:
+    """The API server's CRD list, narrowed to one name as `check_crd` asks."""
+
+    def __init__(self, crds: dict[str, dict[str, Any]]) -> None:
+        self.crds = crds
+
+    def request(self, method: str, path: str, query: dict[str, str], kind: str) -> dict[str, Any]:
+        name = query["fieldSelector"].removeprefix("metadata.name=")
+        return {"items": [self.crds[name]] if name in self.crds else []}
+
+
+def trainjob_crd() -> dict[str, Any]:
+    return {
+        "spec": {"versions": [{"name": "v1alpha1", "served": True, "storage": True}]},
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("installed", "default", "ready", "says"),
+    [
+        ({"trainjobs.trainer.kubeflow.org"}, Launcher.AUTO, True, "ready: TrainJob CRD"),
+        ({"pytorchjobs.kubeflow.org"}, Launcher.AUTO, True, "ready: PyTorchJob CRD"),
+        (set(), Launcher.AUTO, False,
+         "TrainJob CRD trainjobs.trainer.kubeflow.org not installed: install Kubeflow Trainer "
+         "v2.3; PyTorchJob CRD pytorchjobs.kubeflow.org not installed"),
+        ({"pytorchjobs.kubeflow.org"}, Launcher.TRAINJOB, False, "TrainJob CRD"),
+        ({"trainjobs.trainer.kubeflow.org"}, Launcher.PYTORCHJOB, False, "PyTorchJob CRD"),
+    ],
+    ids=["auto-trainer", "auto-training-operator", "auto-neither", "trainjob", "pytorchjob"],
+)  # fmt: skip
+def test_ready_when_a_backend_the_default_launcher_may_use_is_established(
+    installed: set[str], default: Launcher, ready: bool, says: str
+) -> None:
+    crds = {"trainjobs.trainer.kubeflow.org": trainjob_crd(), "pytorchjobs.kubeflow.org": crd()}
+    kube = CrdLister({name: body for name, body in crds.items() if name in installed})
+    result = check_training(kube, default)  # type: ignore[arg-type]
+    assert result.ready is ready
+    assert says in result.reason
