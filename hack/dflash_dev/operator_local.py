@@ -47,6 +47,15 @@ READY_TIMEOUT_SECONDS = 60.0
 FIELD_MANAGER = "dflash-dev"
 
 
+def local_launcher() -> str:
+    """The training backend of runs that set none, for an operator on the local cluster: the
+    PyTorchJob path (`DFLASH_DEFAULT_LAUNCHER` overrides it). The local cluster serves both
+    backends, and the chart's `auto` would pick TrainJob there; the process executor has not yet
+    run a TrainJob's pods end to end (issue 30), so the demo and the e2e tests stay on the
+    proven path until it has."""
+    return os.environ.get("DFLASH_DEFAULT_LAUNCHER", "pytorchjob")
+
+
 def _run(argv: list[str], input: str | None = None) -> str:
     result = subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -204,6 +213,7 @@ class OperatorProcess:
             "DFLASH_BIND_ADDRESS": "127.0.0.1",
             "DFLASH_RESYNC_SECONDS": str(self.resync_seconds),
             "DFLASH_LOG_FORMAT": "text",
+            "DFLASH_DEFAULT_LAUNCHER": local_launcher(),
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -343,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "DFLASH_NAMESPACES": ",".join(args.namespace),
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
+        "DFLASH_DEFAULT_LAUNCHER": local_launcher(),
     }
     python = str(venv_bin() / "python")
     # Replace this process: Ctrl-C and signals go straight to the operator.
