@@ -2,7 +2,7 @@
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
 # Usage: hack/build-binaries.sh [--for "make demo"] [name ...]
-#   names: etcd kube kwok helm training-operator kueue actionlint promtool (none: all of them)
+#   names: etcd kube kwok helm training-operator kueue actionlint promtool argocd (none: all of them)
 # Each binary is skipped when its cached file exists. Before building, it says what it will
 # build, for what, and about how long it takes; while building, a progress line (elapsed time
 # against the estimate). Nothing is downloaded from GitHub or dl.k8s.io: only the Go module proxy.
@@ -48,7 +48,7 @@ new_module() {
 # machine's load. The estimates the plan and the progress line show.
 declare -A ESTIMATE=(
   [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
-  [actionlint]=150 [promtool]=700
+  [actionlint]=150 [promtool]=700 [argocd]=900
 )
 planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
 
@@ -228,6 +228,55 @@ build_promtool() {
   go_install promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ""
 }
 
+# Argo CD core (application-controller, repo-server) for the GitOps e2e tests and `make gitops-up`.
+# v3.6 declares go 1.27, newer than the Go the other binaries need, so this build alone asks the
+# proxy for that toolchain (GOTOOLCHAIN). Argo CD's go.mod replaces its gitops-engine with the
+# nested ./gitops-engine, which the module zip leaves out: the build runs as the main module in a
+# writable copy of the tree, with gitops-engine's own module zip copied into that folder.
+# cmd/main.go dispatches on the binary's name: one binary, two symlinks.
+ARGOCD_GOTOOLCHAIN=go1.27.3
+build_argocd() {
+  local names=(argocd argocd-application-controller argocd-repo-server) missing=0 n
+  for n in "${names[@]}"; do have "$n" "$ARGOCD_VERSION" || missing=1; done
+  [ "$missing" = 1 ] || return 0
+  local mod=github.com/argoproj/argo-cd/v3
+  _argocd() {
+    export GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" GOFLAGS=-mod=mod
+    local info src engine dir commit ld
+    info="$(go mod download -json "$mod@$ARGOCD_VERSION")"
+    src="$(printf '%s' "$info" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    engine="$(go mod download -json "github.com/argoproj/argo-cd/gitops-engine/v3@$ARGOCD_VERSION" \
+      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    [ -n "$src" ] && [ -n "$engine" ] || { echo "cannot download $mod@$ARGOCD_VERSION"; return 1; }
+    commit="$(printf '%s' "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')"
+    [ -n "$commit" ] || commit=0000000000000000000000000000000000000000
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-argocd.XXXXXX")"
+    cp -r "$src/." "$dir/"
+    rm -rf "$dir/gitops-engine"
+    cp -r "$engine" "$dir/gitops-engine"
+    chmod -R u+w "$dir"
+    cd "$dir"
+    # The -X variables Argo CD's Makefile sets (PACKAGE=.../common); kubectlVersion as its
+    # `go list -m k8s.io/client-go` gives it.
+    local pkg=$mod/common kubectl_version
+    kubectl_version="$(go list -m k8s.io/client-go | awk '{print $NF}')"
+    ld="-s -w -X $pkg.version=${ARGOCD_VERSION#v} -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.gitTag=$ARGOCD_VERSION"
+    ld="$ld -X $pkg.kubectlVersion=$kubectl_version"
+    go build -trimpath -p "$jobs" -ldflags "$ld" -o "$bin/argocd-$ARGOCD_VERSION.tmp" ./cmd
+    mv "$bin/argocd-$ARGOCD_VERSION.tmp" "$bin/argocd-$ARGOCD_VERSION"
+    for n in argocd-application-controller argocd-repo-server; do
+      ln -sfn "argocd-$ARGOCD_VERSION" "$bin/$n-$ARGOCD_VERSION"
+    done
+    # The CRDs the controller needs (Application, AppProject), beside the binary.
+    mkdir -p "$cache/share/argocd-$ARGOCD_VERSION"
+    cp "$src"/manifests/crds/*-crd.yaml "$cache/share/argocd-$ARGOCD_VERSION/"
+    chmod -R u+w "$cache/share/argocd-$ARGOCD_VERSION"
+    cd / && rm -rf "$dir"
+  }
+  timed argocd argocd "$ARGOCD_VERSION" _argocd
+}
+
 # The cached files each target makes (all present: nothing to build).
 outputs() { # target
   case "$1" in
@@ -240,7 +289,9 @@ outputs() { # target
     kueue) echo "kueue-$KUEUE_VERSION" ;;
     actionlint) echo "actionlint-$ACTIONLINT_VERSION" ;;
     promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
-    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool" ;;
+    argocd) for n in argocd argocd-application-controller argocd-repo-server; do
+              echo "$n-$ARGOCD_VERSION"; done ;;
+    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue actionlint promtool argocd" ;;
   esac
 }
 
@@ -253,7 +304,7 @@ missing_target() { # target
 purpose=""
 if [ "${1:-}" = "--for" ]; then purpose=" for ${2:?--for needs a value}"; shift 2; fi
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue actionlint kube promtool argocd)
 for t in "${targets[@]}"; do outputs "$t" >/dev/null || exit 1; done
 planned=()
 for t in "${targets[@]}"; do
@@ -276,6 +327,7 @@ for t in "${targets[@]}"; do
     training-operator) build_training_operator ;;
     kueue) build_kueue ;;
     promtool) build_promtool ;;
+    argocd) build_argocd ;;
   esac
 done
 if [ "$planned_count" -gt 0 ]; then

@@ -25,6 +25,10 @@ BINARIES = {
     "training-operator": ("TRAINING_OPERATOR_VERSION", "training-operator"),
     "kueue": ("KUEUE_VERSION", "kueue"),
     "promtool": ("PROMETHEUS_VERSION", "promtool"),
+    # Argo CD core (one binary; the build links the two commands to it): gitops.py.
+    "argocd": ("ARGOCD_VERSION", "argocd"),
+    "argocd-application-controller": ("ARGOCD_VERSION", "argocd"),
+    "argocd-repo-server": ("ARGOCD_VERSION", "argocd"),
 }
 
 
