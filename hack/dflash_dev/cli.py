@@ -58,10 +58,10 @@ def _gitops_up(_: argparse.Namespace) -> None:
         raise DevError("the local cluster is not running: start it with `make cluster-up`")
     start = time.monotonic()
     info = gitops.up(cluster.kubeconfig_path())
-    repo = gitops_example.create_fork(
-        gitops.state_dir() / "sources", info.sources_url
+    repo = gitops_example.create_fork(gitops.state_dir() / "sources", info.sources_url)
+    print(
+        f"Argo CD {info.argocd_version} core up in {time.monotonic() - start:.0f}s (namespace argocd)"
     )
-    print(f"Argo CD {info.argocd_version} core up in {time.monotonic() - start:.0f}s (namespace argocd)")
     print(f"  Git:  {repo.url} (commit from the clone {repo.work})")
     print(f"  Helm: {info.sources_url}/charts (dflash-operator {gitops_example.chart_version()})")
     print(f"  bootstrap: kubectl apply -n argocd -f {gitops_example.root_app_path(repo)}")
