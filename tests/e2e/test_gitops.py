@@ -374,7 +374,7 @@ def test_deleting_the_applications_with_cascade_keeps_the_crd_and_every_dflashru
     # The root first (no finalizer: its Applications stay), then each Application the way
     # `argocd app delete --cascade` does it: the resources finalizer, then delete.
     cluster.kubectl("delete", "application", "dflash", "-n", ARGOCD_NS)
-    finalizer = '[{"op":"add","path":"/metadata/finalizers","value":["%s"]}]' % CASCADE
+    finalizer = json.dumps([{"op": "add", "path": "/metadata/finalizers", "value": [CASCADE]}])
     for name in ("dflash-runs", "dflash-operator"):
         cluster.kubectl(
             "patch", "application", name, "-n", ARGOCD_NS, "--type=json", "-p", finalizer
