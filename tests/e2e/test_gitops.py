@@ -40,8 +40,8 @@ CRD = "dflashruns.dflash.dev"
 # The example's protection of a run (examples/gitops/runs/qwen3-8b-chat-v1.yaml).
 EXAMPLE_RUN = gitops_example.EXAMPLE / "runs" / "qwen3-8b-chat-v1.yaml"
 SYNC_TIMEOUT = 300.0  # a first sync retries with backoff while the CRD and namespaces appear
-QUIET_SECONDS = 120.0
-CASCADE = "resources-finalizer.argocd.argoproj.io"  # the window: nothing may turn OutOfSync after a sync
+QUIET_SECONDS = 120.0  # the window: nothing may turn OutOfSync after a sync
+CASCADE = "resources-finalizer.argocd.argoproj.io"
 PER_SOURCE = 24  # the broken data, as make demo-broken-data (tests/e2e/test_broken_data.py)
 
 
