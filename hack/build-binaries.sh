@@ -233,8 +233,8 @@ build_promtool() {
 # proxy for that toolchain (GOTOOLCHAIN). Argo CD's go.mod replaces its gitops-engine with the
 # nested ./gitops-engine, which the module zip leaves out: the build runs as the main module in a
 # writable copy of the tree, with gitops-engine's own module zip copied into that folder.
-# cmd/main.go dispatches on the binary's name: one binary, two symlinks.
-ARGOCD_GOTOOLCHAIN=go1.27.3
+# cmd/main.go dispatches on the binary's name: one binary, two symlinks (their names carry the
+# version too, so a caller names the command in ARGOCD_BINARY_NAME, as Argo CD's Procfile does).
 build_argocd() {
   local names=(argocd argocd-application-controller argocd-repo-server) missing=0 n
   for n in "${names[@]}"; do have "$n" "$ARGOCD_VERSION" || missing=1; done
