@@ -31,10 +31,10 @@ NAMESPACE = "argocd"
 COMPONENTS = ("redis", "gitserver", "argocd-repo-server", "argocd-application-controller")
 HEALTH_PATCH = REPO_ROOT / "deploy" / "argocd" / "argocd-cm-patch.yaml"
 READY_TIMEOUT_SECONDS = 120.0
-# How often the controller compares every Application with Git (Argo CD's
-# timeout.reconciliation, default 120 s + up to 60 s jitter): short here, so that a commit is
-# seen within seconds without a webhook. The repo-server caches a branch's resolved commit for
-# as long (--revision-cache-expiration), so both are set together.
+# How often the controller compares every Application with Git (--app-resync; an install sets
+# it from argocd-cm's timeout.reconciliation through ARGOCD_RECONCILIATION_TIMEOUT, default
+# 120 s): short here, so that a commit is seen within seconds without a webhook. The repo-server
+# caches a branch's resolved commit as long (--revision-cache-expiration), so both are set.
 RESYNC_SECONDS = 10
 # The settings Argo CD's controller and repo-server read besides argocd-cm (core-install.yaml
 # ships them empty).
@@ -89,7 +89,7 @@ def build_argocd_cm() -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "argocd-cm", "namespace": NAMESPACE, "labels": PART_OF},
-        "data": {**patch["data"], "timeout.reconciliation": f"{RESYNC_SECONDS}s"},
+        "data": dict(patch["data"]),
     }
 
 
