@@ -237,44 +237,52 @@ build_promtool() {
 # version too, so a caller names the command in ARGOCD_BINARY_NAME, as Argo CD's Procfile does).
 build_argocd() {
   local names=(argocd argocd-application-controller argocd-repo-server) missing=0 n
+  local mod=github.com/argoproj/argo-cd/v3 share="$cache/share/argocd-$ARGOCD_VERSION"
   for n in "${names[@]}"; do have "$n" "$ARGOCD_VERSION" || missing=1; done
-  [ "$missing" = 1 ] || return 0
-  local mod=github.com/argoproj/argo-cd/v3
-  _argocd() {
-    export GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" GOFLAGS=-mod=mod
-    local info src engine dir commit ld
-    info="$(go mod download -json "$mod@$ARGOCD_VERSION")"
-    src="$(printf '%s' "$info" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-    engine="$(go mod download -json "github.com/argoproj/argo-cd/gitops-engine/v3@$ARGOCD_VERSION" \
-      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-    [ -n "$src" ] && [ -n "$engine" ] || { echo "cannot download $mod@$ARGOCD_VERSION"; return 1; }
-    commit="$(printf '%s' "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')"
-    [ -n "$commit" ] || commit=0000000000000000000000000000000000000000
-    dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-argocd.XXXXXX")"
-    cp -r "$src/." "$dir/"
-    rm -rf "$dir/gitops-engine"
-    cp -r "$engine" "$dir/gitops-engine"
-    chmod -R u+w "$dir"
-    cd "$dir"
-    # The -X variables Argo CD's Makefile sets (PACKAGE=.../common); kubectlVersion as its
-    # `go list -m k8s.io/client-go` gives it.
-    local pkg=$mod/common kubectl_version
-    kubectl_version="$(go list -m k8s.io/client-go | awk '{print $NF}')"
-    ld="-s -w -X $pkg.version=${ARGOCD_VERSION#v} -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.gitTag=$ARGOCD_VERSION"
-    ld="$ld -X $pkg.kubectlVersion=$kubectl_version"
-    go build -trimpath -p "$jobs" -ldflags "$ld" -o "$bin/argocd-$ARGOCD_VERSION.tmp" ./cmd
-    mv "$bin/argocd-$ARGOCD_VERSION.tmp" "$bin/argocd-$ARGOCD_VERSION"
-    for n in argocd-application-controller argocd-repo-server; do
-      ln -sfn "argocd-$ARGOCD_VERSION" "$bin/$n-$ARGOCD_VERSION"
-    done
-    # The CRDs the controller needs (Application, AppProject), beside the binary.
-    mkdir -p "$cache/share/argocd-$ARGOCD_VERSION"
-    cp "$src"/manifests/crds/*-crd.yaml "$cache/share/argocd-$ARGOCD_VERSION/"
-    chmod -R u+w "$cache/share/argocd-$ARGOCD_VERSION"
-    cd / && rm -rf "$dir"
-  }
-  timed argocd argocd "$ARGOCD_VERSION" _argocd
+  if [ "$missing" = 1 ]; then
+    _argocd() {
+      export GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" GOFLAGS=-mod=mod
+      local info src engine dir commit ld
+      info="$(go mod download -json "$mod@$ARGOCD_VERSION")"
+      src="$(printf '%s' "$info" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+      engine="$(go mod download -json "github.com/argoproj/argo-cd/gitops-engine/v3@$ARGOCD_VERSION" \
+        | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+      [ -n "$src" ] && [ -n "$engine" ] || { echo "cannot download $mod@$ARGOCD_VERSION"; return 1; }
+      commit="$(printf '%s' "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')"
+      [ -n "$commit" ] || commit=0000000000000000000000000000000000000000
+      dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-argocd.XXXXXX")"
+      cp -r "$src/." "$dir/"
+      rm -rf "$dir/gitops-engine"
+      cp -r "$engine" "$dir/gitops-engine"
+      chmod -R u+w "$dir"
+      cd "$dir"
+      # The -X variables Argo CD's Makefile sets (PACKAGE=.../common); kubectlVersion as its
+      # `go list -m k8s.io/client-go` gives it.
+      local pkg=$mod/common kubectl_version
+      kubectl_version="$(go list -m k8s.io/client-go | awk '{print $NF}')"
+      ld="-s -w -X $pkg.version=${ARGOCD_VERSION#v} -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+      ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.gitTag=$ARGOCD_VERSION"
+      ld="$ld -X $pkg.kubectlVersion=$kubectl_version"
+      go build -trimpath -p "$jobs" -ldflags "$ld" -o "$bin/argocd-$ARGOCD_VERSION.tmp" ./cmd
+      mv "$bin/argocd-$ARGOCD_VERSION.tmp" "$bin/argocd-$ARGOCD_VERSION"
+      for n in argocd-application-controller argocd-repo-server; do
+        ln -sfn "argocd-$ARGOCD_VERSION" "$bin/$n-$ARGOCD_VERSION"
+      done
+      cd / && rm -rf "$dir"
+    }
+    timed argocd argocd "$ARGOCD_VERSION" _argocd
+  fi
+  # Beside the binary, from the module zip: the CRDs (Application, AppProject) and the scripts
+  # Argo CD's image puts on the repo-server's PATH (it runs git-verify-wrapper.sh on every
+  # commit it renders, GPG or not).
+  [ -f "$share/bin/git-verify-wrapper.sh" ] && return 0
+  local src
+  src="$(GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" go mod download -json "$mod@$ARGOCD_VERSION" \
+    | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  mkdir -p "$share/bin"
+  cp "$src"/manifests/crds/application-crd.yaml "$src"/manifests/crds/appproject-crd.yaml "$share/"
+  cp "$src/hack/git-verify-wrapper.sh" "$src/hack/gpg-wrapper.sh" "$share/bin/"
+  chmod -R u+w "$share" && chmod +x "$share"/bin/*
 }
 
 # The cached files each target makes (all present: nothing to build).

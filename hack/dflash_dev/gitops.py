@@ -76,10 +76,15 @@ def argocd_version() -> str:
     return binaries.versions()["ARGOCD_VERSION"]
 
 
+def share_dir() -> Path:
+    """What the Argo CD build copies from the module zip: the CRDs, and in bin/ the scripts
+    Argo CD's image puts on the repo-server's PATH (git-verify-wrapper.sh)."""
+    return cache_root() / "share" / f"argocd-{argocd_version()}"
+
+
 def crd_files() -> list[Path]:
-    """Application and AppProject, copied from the module zip by the Argo CD build."""
-    share = cache_root() / "share" / f"argocd-{argocd_version()}"
-    return [share / "application-crd.yaml", share / "appproject-crd.yaml"]
+    """Application and AppProject."""
+    return [share_dir() / "application-crd.yaml", share_dir() / "appproject-crd.yaml"]
 
 
 def build_argocd_cm() -> dict[str, Any]:
@@ -193,7 +198,7 @@ def up(kubeconfig: Path) -> GitOpsInfo:
     state = state_dir()
     for sub in ("tmp", "tls", "ssh", "gpg", "sources/charts", "sources/git", "bin"):
         (state / sub).mkdir(parents=True, exist_ok=True)
-    # The repo-server runs `helm` and `git` from PATH, as in its image.
+    # The repo-server runs `helm`, `git` and git-verify-wrapper.sh from PATH, as in its image.
     helm_link = state / "bin" / "helm"
     helm_link.unlink(missing_ok=True)
     helm_link.symlink_to(paths["helm"])
@@ -215,7 +220,7 @@ def up(kubeconfig: Path) -> GitOpsInfo:
     ports = dict(zip(names, free_ports(len(names)), strict=True))
     redis_address = f"127.0.0.1:{ports['redis']}"
     base_env = {
-        "PATH": f"{state / 'bin'}:{os.environ.get('PATH', '')}",
+        "PATH": f"{state / 'bin'}:{share_dir() / 'bin'}:{os.environ.get('PATH', '')}",
         "HOME": str(state),
         "TMPDIR": str(state / "tmp"),
         "ARGOCD_FAKE_IN_CLUSTER": "true",
@@ -242,6 +247,8 @@ def up(kubeconfig: Path) -> GitOpsInfo:
          "--address", "127.0.0.1", "--port", str(ports["repo-server"]),
          "--metrics-address", "127.0.0.1", "--metrics-port", str(ports["repo-metrics"]),
          "--redis", redis_address, "--disable-tls",
+         # Its default (the mTLS Secret's mount path) is refused with --disable-tls.
+         "--client-ca-path=",
          "--revision-cache-expiration", f"{RESYNC_SECONDS}s"],
         # cmd/main.go dispatches on the binary's name; the cached link carries the version
         # too, so name the command as Argo CD's Procfile does.
