@@ -42,6 +42,7 @@ EXAMPLE_RUN = gitops_example.EXAMPLE / "runs" / "qwen3-8b-chat-v1.yaml"
 SYNC_TIMEOUT = 300.0  # a first sync retries with backoff while the CRD and namespaces appear
 QUIET_SECONDS = 120.0  # the issue's window: nothing may turn OutOfSync after a sync
 CASCADE = "resources-finalizer.argocd.argoproj.io"
+RUNS = "examples/gitops/runs"  # the runs Application's folder in the fork
 # An operation or condition message about a failed attempt (Argo CD: "one or more objects failed
 # to apply, reason: ... (retried 1 times).", "ComparisonError", ...).
 FAILURE_WORDS = ("fail", "error", "retried", "could not", "not found")
@@ -60,7 +61,7 @@ class GitOpsWorld:
 
     # --- Git ------------------------------------------------------------------------------------
     def commit_run(self, run: dict[str, Any], message: str) -> str:
-        self.repo.write(f"examples/gitops/runs/{run['metadata']['name']}.yaml", yaml.safe_dump(run))
+        self.repo.write(f"{RUNS}/{run['metadata']['name']}.yaml", yaml.safe_dump(run))
         return self.commit(message)
 
     def commit(self, message: str) -> str:
@@ -371,6 +372,29 @@ def test_a_chart_upgrade_committed_to_git_rolls_the_operator_and_a_run_in_flight
     for name, uid in jobs_before.items():
         assert jobs_after.get(name) == uid, f"{name} was re-created by the upgrade"
     assert world.wait_run_health("third", "Healthy")
+
+
+def test_a_commit_that_edits_an_immutable_field_fails_the_sync_and_leaves_the_run_alone(
+    world: GitOpsWorld,
+) -> None:
+    before = world.harness.run("first")
+    edited = yaml.safe_load((world.repo.work / RUNS / "first.yaml").read_text())
+    edited["spec"]["data"]["sources"][0]["maxSamples"] += 1
+    world.commit_run(edited, "Edit an immutable field of a finished run")
+
+    def refused() -> str:
+        status = world.app("dflash-runs").get("status") or {}
+        message = str((status.get("operationState") or {}).get("message", ""))
+        return message if "immutable" in message else ""
+
+    message = wait_for("the sync refused by the API", refused, SYNC_TIMEOUT)
+    print("refused sync:", message)
+    assert "spec.data" in message, message
+    assert world.state("dflash-runs")[0] == "OutOfSync"
+    after = world.harness.run("first")
+    assert after["spec"] == before["spec"]
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert world.run_health("first")[0] == "Healthy"
 
 
 def test_deleting_the_applications_with_cascade_keeps_the_crd_and_every_dflashrun(
