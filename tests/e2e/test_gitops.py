@@ -296,7 +296,12 @@ def test_runs_from_git_are_progressing_then_healthy_or_degraded_and_nothing_drif
     canary = {"canary": {"samplesPerSource": 16}}
     broken = harness.build_run("broken", files, PER_SOURCE, regeneration=canary)
     sha = world.commit_run(protect_like_the_example(broken), "A run of broken data")
-    wait_for("the broken run synced", lambda: world.state("dflash-runs")[2] == sha, SYNC_TIMEOUT)
+    # Synced at that commit: compared (OutOfSync for an instant) and applied.
+    wait_for(
+        "the broken run synced",
+        lambda: world.state("dflash-runs")[::2] == ("Synced", sha),
+        SYNC_TIMEOUT,
+    )
     # The quiet window: the operator writes status, finalizers and annotations meanwhile.
     drift: list[str] = []
     started = time.monotonic()
