@@ -260,7 +260,10 @@ def up(kubeconfig: Path) -> GitOpsInfo:
          "--loglevel", "info", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
          "--repo-server", f"127.0.0.1:{ports['repo-server']}", "--repo-server-plaintext",
          "--redis", redis_address, "--metrics-port", str(ports["controller-metrics"]),
-         "--app-resync", str(RESYNC_SECONDS), "--self-heal-timeout-seconds", "5"],
+         "--app-resync", str(RESYNC_SECONDS), "--self-heal-timeout-seconds", "5",
+         # Each resource's health in the Application's status.resources, as before 3.0: core
+         # mode has no API server to show the resource tree (controller.resource.health.persist).
+         "--persist-resource-health"],
         # The controller shards by the ordinal at the end of its hostname (a StatefulSet's).
         env={**base_env, "HOSTNAME": "argocd-application-controller-0",
              "ARGOCD_BINARY_NAME": "argocd-application-controller"}, cwd=state,
