@@ -67,6 +67,14 @@ class GitOpsWorld:
     def commit(self, message: str) -> str:
         return self.repo.commit(message)
 
+    def wait_synced(self, app: str, sha: str) -> None:
+        """Synced at that commit: compared (OutOfSync for an instant) and applied."""
+        wait_for(
+            f"{app} synced at {sha[:8]}",
+            lambda: self.state(app)[::2] == ("Synced", sha),
+            SYNC_TIMEOUT,
+        )
+
     # --- Argo CD --------------------------------------------------------------------------------
     def app(self, name: str) -> dict[str, Any]:
         found: dict[str, Any] = get_json(self.cluster, "application", name, "-n", ARGOCD_NS)
@@ -296,12 +304,7 @@ def test_runs_from_git_are_progressing_then_healthy_or_degraded_and_nothing_drif
     canary = {"canary": {"samplesPerSource": 16}}
     broken = harness.build_run("broken", files, PER_SOURCE, regeneration=canary)
     sha = world.commit_run(protect_like_the_example(broken), "A run of broken data")
-    # Synced at that commit: compared (OutOfSync for an instant) and applied.
-    wait_for(
-        "the broken run synced",
-        lambda: world.state("dflash-runs")[::2] == ("Synced", sha),
-        SYNC_TIMEOUT,
-    )
+    world.wait_synced("dflash-runs", sha)
     # The quiet window: the operator writes status, finalizers and annotations meanwhile.
     drift: list[str] = []
     started = time.monotonic()
@@ -339,7 +342,8 @@ def test_a_chart_upgrade_committed_to_git_rolls_the_operator_and_a_run_in_flight
     world: GitOpsWorld,
 ) -> None:
     harness, cluster = world.harness, world.cluster
-    world.commit_run(protect_like_the_example(harness.build_run("third")), "A third run")
+    sha = world.commit_run(protect_like_the_example(harness.build_run("third")), "A third run")
+    world.wait_synced("dflash-runs", sha)
     harness.wait_until("a stage running", "third", lambda s: s.get("phase") in RUNNING_STAGES)
     jobs_before = uids(cluster, "jobs", world.runs_ns, "-l", "dflash.dev/run=third")
     pods_before = set(
