@@ -387,7 +387,8 @@ def test_a_commit_that_edits_an_immutable_field_fails_the_sync_and_leaves_the_ru
     world: GitOpsWorld,
 ) -> None:
     before = world.harness.run("first")
-    edited = yaml.safe_load((world.repo.work / RUNS / "first.yaml").read_text())
+    original = (world.repo.work / RUNS / "first.yaml").read_text()
+    edited = yaml.safe_load(original)
     edited["spec"]["data"]["sources"][0]["maxSamples"] += 1
     world.commit_run(edited, "Edit an immutable field of a finished run")
 
@@ -404,6 +405,17 @@ def test_a_commit_that_edits_an_immutable_field_fails_the_sync_and_leaves_the_ru
     assert after["spec"] == before["spec"]
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert world.run_health("first")[0] == "Healthy"
+
+    # The failed sync retries (with the same commit) until its retry limit, and while it does
+    # Argo CD neither syncs a newer commit nor deletes the Application: revert, and stop the
+    # operation as `argocd app terminate-op dflash-runs` does (core mode has no API server).
+    world.repo.write(f"{RUNS}/first.yaml", original)
+    sha = world.commit("Revert the immutable edit")
+    terminate = json.dumps({"status": {"operationState": {"phase": "Terminating"}}})
+    world.cluster.kubectl(
+        "patch", "application", "dflash-runs", "-n", ARGOCD_NS, "--type=merge", "-p", terminate
+    )
+    world.wait_synced("dflash-runs", sha)
 
 
 def test_deleting_the_applications_with_cascade_keeps_the_crd_and_every_dflashrun(
