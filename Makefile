@@ -35,9 +35,9 @@ LINK_TOOLS = mkdir -p .local/bin && . hack/versions.env && cache="$${DFLASH_CACH
 	ln -sf "$$cache/bin/kubectl-$$KUBERNETES_VERSION" .local/bin/kubectl && \
 	ln -sf "$$cache/bin/helm-$$HELM_VERSION" .local/bin/helm
 
-.PHONY: binaries cluster-binaries actionlint promtool
-binaries: ## build every binary: the control plane's and the test tools (actionlint, promtool)
-	@$(BUILD_BINARIES) $(CLUSTER_BINARIES) actionlint promtool
+.PHONY: binaries cluster-binaries actionlint promtool argocd
+binaries: ## build every binary: the control plane's and the test tools (actionlint, promtool, Argo CD)
+	@$(BUILD_BINARIES) $(CLUSTER_BINARIES) actionlint promtool argocd
 	@$(LINK_TOOLS)
 
 cluster-binaries: ## build only the control plane's binaries (what the demo and the cluster use)
@@ -49,6 +49,9 @@ actionlint: ## build actionlint (the workflow linter of the unit tests)
 
 promtool: ## build promtool (the chart's alert-rule tests)
 	@$(BUILD_BINARIES) promtool
+
+argocd: ## build Argo CD core (make gitops-up, the GitOps e2e tests; Go 1.27 from the module proxy)
+	@$(BUILD_BINARIES) argocd
 
 # ---------------------------------------------------------------- local cluster and S3
 .PHONY: cluster-up
@@ -79,8 +82,17 @@ s3-down: ## stop the S3 server and delete its data
 s3-env: ## print export lines for the running S3 server: eval "$$(make -s s3-env)"
 	@$(PY) -m dflash_dev s3-env
 
+# ---------------------------------------------------------------- GitOps (docs/gitops.md)
+.PHONY: gitops-up
+gitops-up: cluster-up argocd ## start Argo CD core (controller, repo-server, Redis) and a local Git + Helm source with the example
+	@$(PY) -m dflash_dev gitops-up
+
+.PHONY: gitops-down
+gitops-down: ## stop Argo CD core and its sources
+	@if [ -x $(PY) ]; then $(PY) -m dflash_dev gitops-down; fi
+
 .PHONY: down
-down: demo-down executor-down cluster-down s3-down ## stop everything (demo operator, executor, cluster, S3)
+down: demo-down gitops-down executor-down cluster-down s3-down ## stop everything (demo operator, Argo CD, executor, cluster, S3)
 
 # ---------------------------------------------------------------- code
 .PHONY: crds
@@ -131,7 +143,7 @@ test-integration: venv cluster-binaries promtool ## integration tests (starts th
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 .PHONY: test-e2e
-test-e2e: venv cluster-binaries ## end-to-end tests (pods run as local processes)
+test-e2e: venv cluster-binaries argocd ## end-to-end tests (pods run as local processes)
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- demo

@@ -2,7 +2,7 @@
 # Builds the local control plane's binaries from the Go module proxy, once per version.
 # Output: $DFLASH_CACHE/bin/<name>-<version> (default DFLASH_CACHE=~/.cache/dflash).
 # Usage: hack/build-binaries.sh [--for "make demo"] [name ...]
-#   names: etcd kube kwok helm training-operator kueue trainer actionlint promtool
+#   names: etcd kube kwok helm training-operator kueue trainer actionlint promtool argocd
 #   (none: all of them; trainer builds the trainer and JobSet controllers)
 # Each binary is skipped when its cached file exists. Before building, it says what it will
 # build, for what, and about how long it takes; while building, a progress line (elapsed time
@@ -50,7 +50,7 @@ new_module() {
 declare -A ESTIMATE=(
   [etcd]=90 [kube]=800 [kwok]=130 [helm]=170 [training-operator]=130 [kueue]=630
   [trainer]=600
-  [actionlint]=150 [promtool]=700
+  [actionlint]=150 [promtool]=700 [argocd]=900
 )
 planned_total=0 done_total=0 built_count=0 planned_count=0 started_all=$(date +%s)
 
@@ -276,6 +276,63 @@ build_promtool() {
   go_install promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ""
 }
 
+# Argo CD core (application-controller, repo-server) for the GitOps e2e tests and `make gitops-up`.
+# v3.6 declares go 1.27, newer than the Go the other binaries need, so this build alone asks the
+# proxy for that toolchain (GOTOOLCHAIN). Argo CD's go.mod replaces its gitops-engine with the
+# nested ./gitops-engine, which the module zip leaves out: the build runs as the main module in a
+# writable copy of the tree, with gitops-engine's own module zip copied into that folder.
+# cmd/main.go dispatches on the binary's name: one binary, two symlinks (their names carry the
+# version too, so a caller names the command in ARGOCD_BINARY_NAME, as Argo CD's Procfile does).
+build_argocd() {
+  local names=(argocd argocd-application-controller argocd-repo-server) missing=0 n
+  local mod=github.com/argoproj/argo-cd/v3 share="$cache/share/argocd-$ARGOCD_VERSION"
+  for n in "${names[@]}"; do have "$n" "$ARGOCD_VERSION" || missing=1; done
+  if [ "$missing" = 1 ]; then
+    _argocd() {
+      export GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" GOFLAGS=-mod=mod
+      local info src engine dir commit ld
+      info="$(go mod download -json "$mod@$ARGOCD_VERSION")"
+      src="$(printf '%s' "$info" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+      engine="$(go mod download -json "github.com/argoproj/argo-cd/gitops-engine/v3@$ARGOCD_VERSION" \
+        | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+      [ -n "$src" ] && [ -n "$engine" ] || { echo "cannot download $mod@$ARGOCD_VERSION"; return 1; }
+      commit="$(printf '%s' "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')"
+      [ -n "$commit" ] || commit=0000000000000000000000000000000000000000
+      dir="$(mktemp -d "${TMPDIR:-/tmp}/dflash-build-argocd.XXXXXX")"
+      cp -r "$src/." "$dir/"
+      rm -rf "$dir/gitops-engine"
+      cp -r "$engine" "$dir/gitops-engine"
+      chmod -R u+w "$dir"
+      cd "$dir"
+      # The -X variables Argo CD's Makefile sets (PACKAGE=.../common); kubectlVersion as its
+      # `go list -m k8s.io/client-go` gives it.
+      local pkg=$mod/common kubectl_version
+      kubectl_version="$(go list -m k8s.io/client-go | awk '{print $NF}')"
+      ld="-s -w -X $pkg.version=${ARGOCD_VERSION#v} -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+      ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.gitTag=$ARGOCD_VERSION"
+      ld="$ld -X $pkg.kubectlVersion=$kubectl_version"
+      go build -trimpath -p "$jobs" -ldflags "$ld" -o "$bin/argocd-$ARGOCD_VERSION.tmp" ./cmd
+      mv "$bin/argocd-$ARGOCD_VERSION.tmp" "$bin/argocd-$ARGOCD_VERSION"
+      for n in argocd-application-controller argocd-repo-server; do
+        ln -sfn "argocd-$ARGOCD_VERSION" "$bin/$n-$ARGOCD_VERSION"
+      done
+      cd / && rm -rf "$dir"
+    }
+    timed argocd argocd "$ARGOCD_VERSION" _argocd
+  fi
+  # Beside the binary, from the module zip: the CRDs (Application, AppProject) and the scripts
+  # Argo CD's image puts on the repo-server's PATH (it runs git-verify-wrapper.sh on every
+  # commit it renders, GPG or not).
+  [ -f "$share/bin/git-verify-wrapper.sh" ] && return 0
+  local src
+  src="$(GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" go mod download -json "$mod@$ARGOCD_VERSION" \
+    | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  mkdir -p "$share/bin"
+  cp "$src"/manifests/crds/application-crd.yaml "$src"/manifests/crds/appproject-crd.yaml "$share/"
+  cp "$src/hack/git-verify-wrapper.sh" "$src/hack/gpg-wrapper.sh" "$share/bin/"
+  chmod -R u+w "$share" && chmod +x "$share"/bin/*
+}
+
 # The cached files each target makes (all present: nothing to build).
 outputs() { # target
   case "$1" in
@@ -289,7 +346,9 @@ outputs() { # target
     trainer) echo "trainer-controller-manager-$TRAINER_VERSION"; echo "jobset-$JOBSET_VERSION" ;;
     actionlint) echo "actionlint-$ACTIONLINT_VERSION" ;;
     promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
-    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue trainer actionlint promtool" ;;
+    argocd) for n in argocd argocd-application-controller argocd-repo-server; do
+              echo "$n-$ARGOCD_VERSION"; done ;;
+    *) die "unknown binary '$1'; accepted: etcd kube kwok helm training-operator kueue trainer actionlint promtool argocd" ;;
   esac
 }
 
@@ -302,7 +361,7 @@ missing_target() { # target
 purpose=""
 if [ "${1:-}" = "--for" ]; then purpose=" for ${2:?--for needs a value}"; shift 2; fi
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue trainer actionlint kube promtool)
+[ "${#targets[@]}" -gt 0 ] || targets=(etcd kwok helm training-operator kueue trainer actionlint kube promtool argocd)
 for t in "${targets[@]}"; do outputs "$t" >/dev/null || exit 1; done
 planned=()
 for t in "${targets[@]}"; do
@@ -326,6 +385,7 @@ for t in "${targets[@]}"; do
     kueue) build_kueue ;;
     trainer) build_trainer ;;
     promtool) build_promtool ;;
+    argocd) build_argocd ;;
   esac
 done
 if [ "$planned_count" -gt 0 ]; then

@@ -27,6 +27,10 @@ BINARIES = {
     "trainer-controller-manager": ("TRAINER_VERSION", "trainer"),
     "jobset": ("JOBSET_VERSION", "trainer"),
     "promtool": ("PROMETHEUS_VERSION", "promtool"),
+    # Argo CD core (one binary; the build links the two commands to it): gitops.py.
+    "argocd": ("ARGOCD_VERSION", "argocd"),
+    "argocd-application-controller": ("ARGOCD_VERSION", "argocd"),
+    "argocd-repo-server": ("ARGOCD_VERSION", "argocd"),
 }
 
 

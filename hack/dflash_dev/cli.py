@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from . import cluster, executor_service, s3server
+from . import cluster, executor_service, gitops, gitops_example, s3server
 from .errors import DevError
 
 
@@ -55,6 +55,24 @@ def _s3_env(_: argparse.Namespace) -> None:
     print(s3server.export_lines(info))
 
 
+def _gitops_up(_: argparse.Namespace) -> None:
+    if not cluster.is_healthy():
+        raise DevError("the local cluster is not running: start it with `make cluster-up`")
+    start = time.monotonic()
+    info = gitops.up(cluster.kubeconfig_path())
+    repo = gitops_example.create_fork(gitops.state_dir() / "sources", info.sources_url)
+    print(
+        f"Argo CD {info.argocd_version} core up in {time.monotonic() - start:.0f}s (namespace argocd)"
+    )
+    print(f"  Git:  {repo.url} (commit from the clone {repo.work})")
+    print(f"  Helm: {info.sources_url}/charts (dflash-operator {gitops_example.chart_version()})")
+    print(f"  bootstrap: kubectl apply -n argocd -f {gitops_example.root_app_path(repo)}")
+
+
+def _gitops_down(_: argparse.Namespace) -> None:
+    print("Argo CD stopped" if gitops.down() else "Argo CD was not running")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dflash-dev", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         ("s3-up", _s3_up, "start the S3 server (idempotent)"),
         ("s3-down", _s3_down, "stop it and delete its data"),
         ("s3-env", _s3_env, "print export lines for the running S3 server"),
+        ("gitops-up", _gitops_up, "start Argo CD core and its Git and Helm sources"),
+        ("gitops-down", _gitops_down, "stop them"),
     ):
         sub.add_parser(name, help=text).set_defaults(fn=fn)
     executor_service.add_commands(sub)

@@ -23,6 +23,9 @@ class CrdSource:
     module: str
     version_key: str  # in hack/versions.env
     files: tuple[str, ...]  # paths inside the module zip
+    # The Go toolchain `go mod download` needs (a versions.env key), when the module's go.mod
+    # declares a newer Go than the local one: Argo CD v3.6 declares 1.27.
+    toolchain_key: str | None = None
 
 
 SOURCES = {
@@ -30,6 +33,7 @@ SOURCES = {
         "github.com/argoproj/argo-cd/v3",
         "ARGOCD_VERSION",
         ("manifests/crds/application-crd.yaml", "manifests/crds/appproject-crd.yaml"),
+        toolchain_key="ARGOCD_GOTOOLCHAIN",
     ),
     "external-secrets": CrdSource(
         "github.com/external-secrets/external-secrets",
@@ -79,6 +83,9 @@ def ensure(name: str) -> list[Path]:
     if all(f.exists() for f in files):
         return files
     version = versions()[source.version_key]
+    env = {**os.environ, "GOFLAGS": ""}
+    if source.toolchain_key is not None:
+        env["GOTOOLCHAIN"] = versions()[source.toolchain_key]
     go = shutil.which("go")
     if go is None:
         raise DevError(f"go is needed once to fetch the {name} {version} CRDs; install Go >= 1.26")
@@ -87,7 +94,7 @@ def ensure(name: str) -> list[Path]:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "GOFLAGS": ""},
+        env=env,
     )
     info = json.loads(result.stdout or "{}")
     if result.returncode != 0 or "Dir" not in info:

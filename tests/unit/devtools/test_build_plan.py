@@ -1,6 +1,6 @@
 """Build only what the command needs: `make demo` builds the control plane and nothing else,
-the test tools come with the targets that use them, `make binaries` and `make test` (CI) build
-everything; and the build script says what it builds, about how long, and shows its progress.
+the test tools (and Argo CD) come with the targets that use them, `make binaries` and
+`make test` (CI) build everything; and the build script says what it builds, about how long, and shows its progress.
 The script runs for real, with a stand-in `go` on PATH that "builds" in a few seconds."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).parents[3]
 SCRIPT = ROOT / "hack" / "build-binaries.sh"
 CLUSTER = {"etcd", "kube", "kwok", "helm", "trainer", "training-operator", "kueue"}
-TOOLS = {"actionlint", "promtool"}
+TOOLS = {"actionlint", "promtool", "argocd"}
 FAKE_GO = """#!/usr/bin/env bash
 case "$1" in
   env) echo go1.26.8 ;;
@@ -52,7 +52,8 @@ def built_by(target: str) -> set[str]:
         ("demo", CLUSTER),
         ("demo-broken-data", CLUSTER),
         ("cluster-up", CLUSTER),
-        ("test-e2e", CLUSTER),
+        ("test-e2e", CLUSTER | {"argocd"}),  # the GitOps e2e tests run Argo CD
+        ("gitops-up", CLUSTER | {"argocd"}),
         ("test-integration", CLUSTER | {"promtool"}),
         ("test-unit", {"actionlint"}),
         ("binaries", CLUSTER | TOOLS),
@@ -141,5 +142,5 @@ def test_an_unknown_name_is_refused_with_the_accepted_ones(fake_env: dict[str, s
     assert done.returncode == 1
     assert done.stderr.strip() == (
         "build-binaries: unknown binary 'kubelet'; accepted: etcd kube kwok helm "
-        "training-operator kueue trainer actionlint promtool"
+        "training-operator kueue trainer actionlint promtool argocd"
     )

@@ -86,9 +86,12 @@ def test_removing_a_run_from_git_or_deleting_the_application_never_deletes_runs(
 
     assert runs_app["spec"]["syncPolicy"]["automated"]["prune"] is False
     assert RESOURCES_FINALIZER not in runs_app["metadata"].get("finalizers", [])
+    # A cascading delete ignores Prune=false: only Delete=false keeps a run (e2e test_gitops).
+    assert "Delete=false" in runs_app["spec"]["syncPolicy"]["syncOptions"]
     for path in runs():
         annotations = yaml.safe_load(path.read_text())["metadata"].get("annotations", {})
-        assert "Prune=false" in annotations.get(SYNC_OPTIONS, ""), path.name
+        options = annotations.get(SYNC_OPTIONS, "").split(",")
+        assert {"Prune=false", "Delete=false"} <= set(options), path.name
 
 
 def test_the_operator_application_installs_the_chart_of_this_repository() -> None:
