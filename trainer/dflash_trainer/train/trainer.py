@@ -111,6 +111,9 @@ def build_metrics(
         anchors=outcome.anchors,
         target_seconds=outcome.target_seconds,
         drafter_seconds=outcome.drafter_seconds,
+        selector_loss=outcome.selector_loss,
+        selector_recall=outcome.selector_recall,
+        selector_accuracy=outcome.selector_accuracy,
     )
 
 
