@@ -75,7 +75,8 @@ def train_and_measure(architecture: str, seed: int, args: argparse.Namespace) ->
             [
                 f"optim.max_steps={args.steps}", "checkpoint.resume=false",
                 f"checkpoint.every_steps={args.steps}", f"seed={seed}",
-                f"drafter.init_seed={seed}", *ARCHITECTURES[architecture],
+                f"drafter.init_seed={seed}", f"data.self_distill.samples={args.samples}",
+                *ARCHITECTURES[architecture],
             ],
             run_root=tmp,
         )  # fmt: skip
@@ -106,12 +107,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--samples", type=int, default=512, help="self-distilled rows")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     args = parser.parse_args()
     runs = {arch: [train_and_measure(arch, s, args) for s in args.seeds] for arch in ARCHITECTURES}
     print(
-        f"config: {DEBUG_CONFIG.name}, {args.steps} steps, seeds {args.seeds}, "
+        f"config: {DEBUG_CONFIG.name}, {args.steps} steps, {args.samples} samples, "
+        f"seeds {args.seeds}, "
         f"{args.prompts} held-out prompts x {args.new_tokens} new tokens"
     )
     print("| architecture | acceptance greedy | acceptance T=0.6 | step time (s) | memory (MiB) |")
