@@ -62,6 +62,9 @@ WORKSPACE_FIXED_BYTES = 2 * GIB
 # Bytes per element of FSDP2's reduce dtype (train.yaml distributed.reduce_dtype).
 REDUCE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Default loss chunk: about 2^28 logits per chunk (3 GiB at 12 B), in rows of 128.
+# DFlash2's selector scores every scored row of a micro-batch at once: the gathered successor
+# rows [rows, K, r] in float32 and their gradient.
+SELECTOR_BYTES_PER_CANDIDATE = 4 + 4
 LOSS_CHUNK_LOGITS = 1 << 28
 LOSS_CHUNK_ROW_MULTIPLE = 128
 
@@ -326,7 +329,8 @@ def estimate_rank_memory(
     )
     accumulated = _accumulated_gradients(setup, params, grads)
     alive = [*accumulated, *_weight_copies(drafter, setup, params)]
-    phases = [Phase("backward", (activation_term, loss_term, *alive))]
+    selector = _selector_term(drafter, setup)
+    phases = [Phase("backward", (activation_term, loss_term, *selector, *alive))]
     if setup.activation_checkpointing:
         recomputed = Term(
             "recomputed layer",
@@ -344,6 +348,22 @@ def estimate_rank_memory(
     if setup.monitored:
         phases.append(_monitor_phase(target, drafter, setup, accumulated))
     return MemoryEstimate(target, drafter, setup, tuple(persistent), tuple(phases))
+
+
+def _selector_term(drafter: DrafterShape, setup: RankSetup) -> list[Term]:
+    """DFlash2: the selector's `[rows, K, r]` candidates, for all scored rows at once."""
+    if drafter.dflash2 is None:
+        return []
+    knobs = drafter.dflash2
+    rows = setup.batch_size * setup.anchors_per_sequence * (drafter.block_size - 1)
+    return [
+        Term(
+            "selector candidates",
+            rows * knobs.selector_top_k * knobs.selector_rank * SELECTOR_BYTES_PER_CANDIDATE,
+            f"{rows} rows x top-{knobs.selector_top_k} x rank {knobs.selector_rank} x "
+            f"{SELECTOR_BYTES_PER_CANDIDATE} B (float32 codebook rows and their gradient)",
+        )
+    ]
 
 
 def _monitor_phase(

@@ -23,6 +23,26 @@ class ShapeError(ValueError):
 
 
 @dataclass(frozen=True)
+class DFlash2Shape:
+    """DFlash2's additions (`drafter.dflash2` of train.yaml): four in-block convolutions per
+    layer and the candidate selector's two `[V, r]` codebooks with its `[r, H]` projection."""
+
+    conv_kernel_size: int = 2
+    conv_group_size: int = 16
+    selector_rank: int = 256
+    selector_top_k: int = 16
+
+    def layer_params(self, hidden_size: int) -> int:
+        """`attention_conv` and `mlp_conv`: `base_kernel [2, taps, H]` and
+        `kernel_projection [2 * taps * H / group, H]` each."""
+        taps, groups = self.conv_kernel_size, hidden_size // self.conv_group_size
+        return 2 * (2 * taps * hidden_size + 2 * taps * groups * hidden_size)
+
+    def selector_params(self, hidden_size: int, vocab_size: int) -> int:
+        return 2 * vocab_size * self.selector_rank + self.selector_rank * hidden_size
+
+
+@dataclass(frozen=True)
 class TargetShape:
     """The dimensions of a frozen target that decide its memory and the drafter's."""
 
@@ -97,17 +117,25 @@ class DrafterShape:
     num_taps: int
     block_size: int
     vocab_size: int
+    dflash2: DFlash2Shape | None = None  # None: plain DFlash
 
     def layer_params(self) -> int:
         h, d = self.hidden_size, self.head_dim
         q_width = self.num_attention_heads * d
         kv_width = self.num_key_value_heads * d
         attention = 2 * h * q_width + 2 * h * kv_width + 2 * d
-        return attention + 3 * h * self.intermediate_size + 2 * h
+        convolutions = 0 if self.dflash2 is None else self.dflash2.layer_params(h)
+        return attention + 3 * h * self.intermediate_size + 2 * h + convolutions
 
     def root_params(self) -> int:
-        """Parameters outside the layers: `fc` (taps x H -> H), `hidden_norm`, `norm`."""
-        return self.num_taps * self.hidden_size**2 + 2 * self.hidden_size
+        """Parameters outside the layers: `fc` (taps x H -> H), `hidden_norm`, `norm`, and
+        DFlash2's selector (two `[V, r]` codebooks, ~127M parameters at V = 248K, r = 256)."""
+        selector = (
+            0
+            if self.dflash2 is None
+            else self.dflash2.selector_params(self.hidden_size, self.vocab_size)
+        )
+        return self.num_taps * self.hidden_size**2 + 2 * self.hidden_size + selector
 
     def count_params(self) -> int:
         return self.num_layers * self.layer_params() + self.root_params()
@@ -131,6 +159,7 @@ def build_drafter_shape(
     num_attention_heads: int | None = None,
     num_key_value_heads: int | None = None,
     head_dim: int | None = None,
+    dflash2: DFlash2Shape | None = None,
 ) -> DrafterShape:
     """The trainer's defaults for each unset field (the target's value)."""
     taps = (
@@ -148,6 +177,7 @@ def build_drafter_shape(
         num_taps=taps,
         block_size=block_size,
         vocab_size=target.vocab_size,
+        dflash2=dflash2,
     )
 
 

@@ -63,14 +63,21 @@ def run_torchrun(config: Path, folder: Path) -> subprocess.CompletedProcess[str]
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("strategy", "checkpointing"),
-    [("ddp", False), ("fsdp2", False), ("fsdp2", True)],
-    ids=["ddp", "fsdp2", "fsdp2-activation-checkpointing"],
+    ("strategy", "checkpointing", "dflash2"),
+    [
+        ("ddp", False, False),
+        ("fsdp2", False, False),
+        ("fsdp2", True, False),
+        ("ddp", False, True),
+        ("fsdp2", False, True),
+    ],
+    ids=["ddp", "fsdp2", "fsdp2-activation-checkpointing", "ddp-dflash2", "fsdp2-dflash2"],
 )
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
     tmp_path: Path,
     strategy: str,
     checkpointing: bool,
+    dflash2: bool,
     quick_config: Callable[..., dict[str, Any]],
     tokenized_writer: Callable[..., Path],
     metrics_reader: Callable[[Path], list[dict[str, Any]]],
@@ -88,6 +95,10 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
         "checkpoint": {"every_steps": 1000, "resume": False},
         "drafter": {"activation_checkpointing": checkpointing},
     }
+    if dflash2:
+        # The selector's codebooks are their own FSDP2 unit; rank 1's first micro-batch has no
+        # scored slot and must still gather and reduce them.
+        common["drafter"]["dflash2"] = {"selector_rank": 8, "selector_top_k": 4}
     one = quick_config(**common, run_root=str(tmp_path / "one"))
     one["data"]["batch_size"] = 4
     one["logging"]["metrics_file"] = str(tmp_path / "one.jsonl")
@@ -105,6 +116,10 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(
     assert len(single) == len(double) == STEPS
     np.testing.assert_allclose(double, single, rtol=1e-4)
     assert metrics_reader(tmp_path / "two.jsonl")[0]["anchors"] > 0
+    if dflash2:
+        selector_single = [m["selectorLoss"] for m in metrics_reader(tmp_path / "one.jsonl")]
+        selector_double = [m["selectorLoss"] for m in metrics_reader(tmp_path / "two.jsonl")]
+        np.testing.assert_allclose(selector_double, selector_single, rtol=1e-4)
 
 
 @pytest.mark.slow

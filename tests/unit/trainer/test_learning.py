@@ -11,7 +11,7 @@ import pytest
 import torch
 from dflash_trainer.eval.config import EvalConfig
 from dflash_trainer.eval.evaluate import run_evaluation
-from dflash_trainer.model.drafter import DFlashDrafter
+from dflash_trainer.model.dflash2_drafter import DFlash2Drafter
 from dflash_trainer.model.export import export_drafter, load_exported_drafter
 from dflash_trainer.train.config import load_train_config
 from dflash_trainer.train.distributed import init_distributed
@@ -22,15 +22,18 @@ STEPS = 64
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["dflash", "dflash2"])
 def test_a_trained_drafter_beats_an_untrained_one_and_decoding_stays_exact(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    tmp_path: Path, record_property: Callable[[str, object], None], architecture: str
 ) -> None:
+    dflash2 = ["drafter.dflash2={selector_rank: 32, selector_top_k: 8}"]
     cfg = load_train_config(
         DEBUG,
         [
             f"optim.max_steps={STEPS}",
             "data.self_distill.samples=256",
             f"checkpoint.every_steps={STEPS}",
+            *(dflash2 if architecture == "dflash2" else []),
         ],
         run_root=str(tmp_path),
     )
@@ -38,10 +41,11 @@ def test_a_trained_drafter_beats_an_untrained_one_and_decoding_stays_exact(
     assert result.final_uri == str(tmp_path / "final")
 
     trained = load_exported_drafter(cfg.export_uri)
+    assert isinstance(trained, DFlash2Drafter) == (architecture == "dflash2")
     torch.manual_seed(1)
     untrained_uri = str(tmp_path / "untrained")
     export_drafter(
-        DFlashDrafter(trained.config),
+        type(trained)(trained.config),
         untrained_uri,
         {
             "target": "tiny",
@@ -66,6 +70,8 @@ def test_a_trained_drafter_beats_an_untrained_one_and_decoding_stays_exact(
             }
         )
         report = run_evaluation(eval_cfg)
+        expected = "DFlash2DraftModel" if architecture == "dflash2" else "DFlashDraftModel"
+        assert report.to_json(eval_cfg)["architecture"] == expected
         return report.acceptance_length, report.greedy_mismatches
 
     trained_len, trained_mismatch = accept(cfg.export_uri)

@@ -18,7 +18,7 @@ import torch
 from dflash_trainer.eval.config import EvalConfig
 from dflash_trainer.eval.greedy import build_random_prompts, greedy_generate
 from dflash_trainer.eval.speculative import AcceptanceStats, speculative_generate
-from dflash_trainer.model.export import load_exported_drafter
+from dflash_trainer.model.export import architecture_of, load_exported_drafter
 from dflash_trainer.model.taps import TargetTaps
 from dflash_trainer.model.target import TargetParts, fetch_model_folder, load_target
 from dflash_trainer.train.batches import DataError, read_tokenized, split_holdout
@@ -35,6 +35,8 @@ class EvalReport:
     generated_tokens: int
     greedy_mismatches: int | None
     engine: str
+    # The drafter's architecture (export.py): acceptance is DFlash's or DFlash2's walk.
+    architecture: str = "DFlashDraftModel"
 
     def to_json(self, cfg: EvalConfig) -> dict[str, Any]:
         return {
@@ -46,6 +48,7 @@ class EvalReport:
             "generatedTokens": self.generated_tokens,
             "greedyMismatches": self.greedy_mismatches,
             "engine": self.engine,
+            "architecture": self.architecture,
             "drafterUri": cfg.drafter,
             "target": cfg.target.name,
             "maxNewTokens": cfg.max_new_tokens,
@@ -190,6 +193,7 @@ def evaluate_builtin(cfg: EvalConfig, target: TargetParts, device: torch.device)
         stats.produced,
         mismatches if check_greedy else None,
         "builtin",
+        architecture_of(drafter.config),
     )
 
 
@@ -235,6 +239,7 @@ def evaluate_vllm(cfg: EvalConfig, target_path: str) -> EvalReport:  # pragma: n
         generated,
         None,
         "vllm",
+        architecture_of(drafter_cfg),
     )
 
 

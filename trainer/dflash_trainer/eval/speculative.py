@@ -6,6 +6,9 @@ verifies the block in one forward, and the longest prefix matching its greedy ch
 accepted plus one bonus token. The target runs without a KV cache (a hybrid Gated-DeltaNet
 cache cannot be rolled back), so this measures acceptance, not speed. Acceptance length is
 pooled: generated tokens / rounds over all prompts (as vLLM and SGLang report it).
+A DFlash2 drafter proposes as vLLM's DFlash2 speculator does: the LM head's top-K per slot,
+reranked by the selector's walk (greedy, or Gumbel-sampled with its K-candidate distribution
+as the draft distribution of rejection sampling).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from dflash_trainer.model.block_attention import BlockLayout
+from dflash_trainer.model.dflash2_selector import CandidateSelector, top_candidates
+from dflash_trainer.model.dflash2_walk import scatter_draft_probs, walk_sampled
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.taps import TargetTaps
 from dflash_trainer.model.target import TargetParts
@@ -96,7 +101,12 @@ def speculative_generate(
             backend="dense",
         )
         draft_logits = target.lm_head(hidden[0, 1:].to(target.embed.weight.dtype))
-        if temperature > 0:
+        selector = getattr(drafter, "candidate_selector", None)
+        if isinstance(selector, CandidateSelector):
+            draft, q = propose_with_selector(
+                selector, hidden[0, 1:], draft_logits, ids[-1], temperature, generator
+            )
+        elif temperature > 0:
             q = torch.softmax(draft_logits.float() / temperature, dim=-1)
             draft = [_sample(q[j], generator) for j in range(q.shape[0])]
         else:
@@ -122,6 +132,24 @@ def speculative_generate(
         produced_log.append(len(new))
         context = features
     return SpecOutput(ids[len(prompt) :], accepted_log, produced_log)
+
+
+def propose_with_selector(
+    selector: CandidateSelector,
+    hidden: torch.Tensor,
+    draft_logits: torch.Tensor,
+    anchor_token: int,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[list[int], torch.Tensor]:
+    """DFlash2's block: `hidden [B-1, H]`, `draft_logits [B-1, V]` (the shared LM head's) ->
+    the walk's tokens and the draft distribution `[B-1, V]` (zero off each step's K)."""
+    ids, unary = top_candidates(draft_logits.float(), selector.top_k)
+    anchor = torch.tensor([anchor_token], device=ids.device)
+    edges = selector.edge_scores(unary[None], hidden[None].to(unary.dtype), ids[None], anchor)
+    tokens, log_probs = walk_sampled(edges, ids[None], temperature, generator)
+    q = scatter_draft_probs(log_probs[0], ids, draft_logits.shape[-1])
+    return tokens[0].tolist(), q
 
 
 def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:

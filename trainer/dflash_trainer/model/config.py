@@ -207,6 +207,7 @@ def build_drafter_config(
     layer_types: list[str] | None = None,
     sliding_window: int | None = None,
     rope_theta: float | None = None,
+    dflash2: DFlash2Settings | None = None,
 ) -> DrafterConfig:
     """Derive the drafter's shape from the target: same hidden size and vocabulary.
 
@@ -242,6 +243,7 @@ def build_drafter_config(
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 40960)),
         layer_types=tuple(layer_types or ()),
         sliding_window=sliding_window,
+        dflash2=dflash2,
     )
 
 

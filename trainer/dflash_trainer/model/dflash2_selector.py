@@ -39,6 +39,12 @@ class CandidateSelector(nn.Module):
         ):
             nn.init.normal_(weight, std=SELECTOR_INIT_STD)
 
+    def forward(
+        self, hidden: torch.Tensor, predecessor_ids: torch.Tensor, candidate_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """`transition_scores`, as a module call: FSDP2 gathers the codebooks around it."""
+        return self.transition_scores(hidden, predecessor_ids, candidate_ids)
+
     def transition_scores(
         self, hidden: torch.Tensor, predecessor_ids: torch.Tensor, candidate_ids: torch.Tensor
     ) -> torch.Tensor:

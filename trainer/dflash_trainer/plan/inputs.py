@@ -14,6 +14,7 @@ from dflash_memplan.estimate import REDUCE_DTYPE_BYTES, RankSetup, default_loss_
 from dflash_memplan.fixes import Knob
 from dflash_memplan.known import known_target_names, known_target_shape
 from dflash_memplan.shapes import (
+    DFlash2Shape,
     DrafterShape,
     ShapeError,
     TargetShape,
@@ -95,6 +96,16 @@ def build_plan_inputs(
         num_attention_heads=section.num_attention_heads,
         num_key_value_heads=section.num_key_value_heads,
         head_dim=section.head_dim,
+        dflash2=(
+            None
+            if section.dflash2 is None
+            else DFlash2Shape(
+                conv_kernel_size=section.dflash2.conv_kernel_size,
+                conv_group_size=section.dflash2.conv_group_size,
+                selector_rank=section.dflash2.selector_rank,
+                selector_top_k=section.dflash2.selector_top_k,
+            )
+        ),
     )
     dtype = cfg.target.dtype
     if dtype == "auto":  # model/target.py: bf16 on GPU, float32 on CPU

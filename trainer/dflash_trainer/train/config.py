@@ -47,6 +47,17 @@ class TargetSection(Section):
         return f"random {(self.config or {}).get('model_type', '?')} (seed {self.init_seed})"
 
 
+class DFlash2Section(Section):
+    """DFlash2's knobs (`model/config.py::DFlash2Settings`, speculators 0.9.0's defaults);
+    setting the section makes the drafter DFlash2."""
+
+    conv_kernel_size: Annotated[int, Field(ge=1)] = 2
+    conv_group_size: Annotated[int, Field(ge=1)] = 16
+    selector_rank: Annotated[int, Field(ge=1)] = 256
+    selector_top_k: Annotated[int, Field(ge=1)] = 16
+    selector_loss_weight: Annotated[float, Field(ge=0)] = 1.0
+
+
 class DrafterSection(Section):
     num_layers: Annotated[int, Field(ge=1)] = 5
     block_size: Annotated[int, Field(ge=2)] = 16
@@ -63,6 +74,8 @@ class DrafterSection(Section):
     # Keep only each draft layer's input for backward and recompute the layer (docs/memory-plan.md).
     activation_checkpointing: bool = False
     init_seed: int = 0
+    # None trains plain DFlash; a section (even `dflash2: {}`) trains DFlash2.
+    dflash2: DFlash2Section | None = None
 
 
 class SelfDistillSection(Section):

@@ -99,6 +99,11 @@ def wrap_drafter(
         kwargs: dict[str, Any] = {"mp_policy": policy} if policy else {}
         for layer in drafter.layers:  # type: ignore[union-attr]
             fully_shard(layer, **kwargs)
+        selector = getattr(drafter, "candidate_selector", None)
+        if selector is not None:
+            # DFlash2's codebooks ([V, r] each) are a unit of their own: sharded at rest, gathered
+            # only for the selector's call in the loss (outside the drafter's forward).
+            fully_shard(selector, **kwargs)
         fully_shard(drafter, **kwargs)
         return drafter
     raise ValueError(f"distributed.strategy={strategy!r} is unknown; accepted: ddp, fsdp2")

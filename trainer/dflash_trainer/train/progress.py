@@ -38,12 +38,22 @@ class StepMetrics:
     anchors: int
     target_seconds: float
     drafter_seconds: float
+    # DFlash2 only (None for DFlash): the selector's loss, recall@K and first-pick accuracy.
+    selector_loss: float | None = None
+    selector_recall: float | None = None
+    selector_accuracy: float | None = None
 
     def log_line(self) -> str:
         pos = " ".join(f"{a:.2f}" for a in self.per_position_accuracy[:8])
+        selector = ""
+        if self.selector_loss is not None:
+            selector = (
+                f" selector loss {self.selector_loss:.4f} recall "
+                f"{self.selector_recall or 0.0:.3f} acc {self.selector_accuracy or 0.0:.3f}"
+            )
         return (
             f"step {self.step}/{self.total_steps} epoch {self.epoch:.2f} loss {self.loss:.4f} "
-            f"acc {self.accuracy:.3f} [{pos}] tok/s {self.tokens_per_second:,.0f} "
+            f"acc {self.accuracy:.3f} [{pos}]{selector} tok/s {self.tokens_per_second:,.0f} "
             f"lr {self.lr:.2e} eta {format_duration(self.eta_seconds)}"
         )
 
@@ -61,7 +71,15 @@ class StepMetrics:
             "anchors": self.anchors,
             "targetSeconds": self.target_seconds,
             "drafterSeconds": self.drafter_seconds,
-        }
+        } | (
+            {}
+            if self.selector_loss is None
+            else {
+                "selectorLoss": self.selector_loss,
+                "selectorRecall": self.selector_recall,
+                "selectorAccuracy": self.selector_accuracy,
+            }
+        )
 
 
 def format_duration(seconds: float) -> str:

@@ -70,11 +70,37 @@ def build_selector_loss(
     """`sum(w * CE_K) / normaliser` over rows: `hidden [n, H]`, `unary_logits [n, V]`,
     `predecessor_ids`, `target_ids`, `weights [n]` (the unary loss's weights and normaliser,
     so both terms are averaged alike, as speculators does)."""
-    candidate_ids, _ = top_candidates(unary_logits.detach(), selector.top_k)
-    candidates = build_selector_candidates(candidate_ids, target_ids)
+    candidates = build_training_candidates(unary_logits, target_ids, selector.top_k)
     # Gradients reach the unary logits too: speculators gathers them without detaching.
     unary = unary_logits.gather(-1, candidates.ids)
-    scores = selector.score_candidates(unary, hidden, predecessor_ids, candidates.ids)
+    return build_selector_loss_on_candidates(
+        selector, hidden, unary, predecessor_ids, candidates, weights, normaliser=normaliser
+    )
+
+
+def build_training_candidates(
+    unary_logits: torch.Tensor, target_ids: torch.Tensor, top_k: int
+) -> SelectorCandidates:
+    """The unary top-K of `unary_logits [n, V]` with each missing target injected."""
+    candidate_ids, _ = top_candidates(unary_logits.detach(), top_k)
+    return build_selector_candidates(candidate_ids, target_ids)
+
+
+def build_selector_loss_on_candidates(
+    selector: CandidateSelector,
+    hidden: torch.Tensor,
+    unary: torch.Tensor,
+    predecessor_ids: torch.Tensor,
+    candidates: SelectorCandidates,
+    weights: torch.Tensor,
+    *,
+    normaliser: float,
+) -> SelectorLossParts:
+    """The selector loss from the candidates' unary logits `unary [n, K]` (gathered inside the
+    chunked LM-head loss, `train/loss.py`, so the full `[n, V]` logits never live at once).
+    The selector is called as a module: under FSDP2 that gathers its codebooks."""
+    transition = selector(hidden, predecessor_ids, candidates.ids)
+    scores = unary.float() + transition.float()
     ce = functional.cross_entropy(scores, candidates.target_index, reduction="none")
     weighted = (ce * weights).sum()
     scored = weights > 0

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from dflash_trainer.eval.greedy import build_self_distill_samples
-from dflash_trainer.model.config import DrafterConfig, build_drafter_config
+from dflash_trainer.model.config import DFlash2Settings, DrafterConfig, build_drafter_config
+from dflash_trainer.model.dflash2_drafter import DFlash2Drafter
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.target import TargetParts, load_target
 from dflash_trainer.train.anchors import default_gamma
@@ -64,6 +65,9 @@ def build_drafter_config_for(section: DrafterSection, target: TargetParts) -> Dr
         head_dim=section.head_dim,
         layer_types=list(section.layer_types) if section.layer_types else None,
         sliding_window=section.sliding_window,
+        dflash2=(
+            DFlash2Settings(**section.dflash2.model_dump()) if section.dflash2 is not None else None
+        ),
     )
 
 
@@ -72,7 +76,8 @@ def build_drafter(
 ) -> DFlashDrafter:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        drafter = DFlashDrafter(cfg, checkpoint_layers=checkpoint_layers)
+        architecture = DFlashDrafter if cfg.dflash2 is None else DFlash2Drafter
+        drafter = architecture(cfg, checkpoint_layers=checkpoint_layers)
     return drafter.to(device)
 
 
@@ -88,6 +93,9 @@ def build_objective_settings(cfg: TrainConfig, drafter_cfg: DrafterConfig) -> Ob
         ),
         backend=cfg.drafter.attention_backend,
         chunk_queries=cfg.drafter.chunk_queries,
+        selector_loss_weight=(
+            None if drafter_cfg.dflash2 is None else drafter_cfg.dflash2.selector_loss_weight
+        ),
         seed=cfg.seed,
     )
 

@@ -3,7 +3,9 @@
 The global batch's loss is `sum(w * CE) / sum(w)` over every rank and micro-batch, so the
 weight sum is all-reduced before any backward; each rank scales its share by the world
 size because DDP / FSDP2 average gradients. Every rank runs the same number of forwards
-and backwards, even with no valid anchor (see `build_draft_batch`).
+and backwards, even with no valid anchor (see `build_draft_batch`). A DFlash2 drafter (one with
+a `candidate_selector`) runs the target to its end for the selector's targets and adds the
+selector's loss (`train/loss.py`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import torch
 from torch import nn
 
 from dflash_trainer.model.block_attention import Backend
+from dflash_trainer.model.dflash2_selector import CandidateSelector
 from dflash_trainer.model.taps import TargetTaps
 from dflash_trainer.model.target import TargetParts
 from dflash_trainer.train.anchors import DraftBatch, anchor_seed, build_draft_batch, sample_anchors
 from dflash_trainer.train.batches import TokenRows, collate
-from dflash_trainer.train.distributed import DistEnv, all_reduce_sum
-from dflash_trainer.train.loss import build_block_loss
+from dflash_trainer.train.distributed import DistEnv, all_reduce_sum, unwrap
+from dflash_trainer.train.loss import SelectorTerm, build_block_loss
+from dflash_trainer.train.selector_loss import teacher_forced_predecessors
+from dflash_trainer.train.verifier_targets import build_verifier_argmax
 
 # Avoids dividing by zero when a whole global batch has no supervised block slot.
 MIN_NORMALISER = 1e-6
@@ -40,6 +45,8 @@ class ObjectiveSettings:
     backend: Backend
     chunk_queries: int
     seed: int
+    # DFlash2: the selector loss's weight next to the unary loss (None for DFlash).
+    selector_loss_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,11 @@ class StepOutcome:
     target_seconds: float
     drafter_seconds: float
     grad_norm: float
+    # DFlash2 only: the selector's K-way CE (same normalisation as `loss`), the share of scored
+    # slots whose target was in the unary top-K, and the share it ranked first.
+    selector_loss: float | None = None
+    selector_recall: float | None = None
+    selector_accuracy: float | None = None
 
 
 def build_micro_batch(
@@ -154,17 +166,23 @@ def run_train_step(
     )
     normaliser = max(global_weight, MIN_NORMALISER) / env.world_size
     block = settings.block_size
-    stats = torch.zeros(2 + 2 * block, dtype=torch.float64, device=device)
+    # [weighted CE, tokens, correct per slot, count per slot, selector CE, recall, correct]
+    stats = torch.zeros(5 + 2 * block, dtype=torch.float64, device=device)
     target_seconds = drafter_seconds = 0.0
     lm_weight = target.lm_head_weight
+    selector = getattr(unwrap(model), "candidate_selector", None)
     for i, mb in enumerate(micro_batches):
         _sync(device)
         start = time.perf_counter()
-        if observe is None:
+        selector_term = None
+        if observe is None and selector is None:
             features = taps.features(mb.input_ids)
         else:
-            features, hidden = taps.features_and_hidden(mb.input_ids)
-            observe(mb, hidden)
+            features, final_hidden = taps.features_and_hidden(mb.input_ids)
+            if observe is not None:
+                observe(mb, final_hidden)
+            if isinstance(selector, CandidateSelector):
+                selector_term = build_selector_term(selector, mb, final_hidden, lm_weight, settings)
         block_embeds = target.embed(mb.draft.block_ids)
         _sync(device)
         middle = time.perf_counter()
@@ -185,6 +203,7 @@ def run_train_step(
                     block_size=block,
                     normaliser=normaliser,
                     chunk_tokens=settings.loss_chunk_tokens,
+                    selector_term=selector_term,
                 )
             parts.scaled_loss.backward()  # type: ignore[no-untyped-call]
         _sync(device)
@@ -193,7 +212,11 @@ def run_train_step(
         stats[0] += parts.weighted_ce.double()
         stats[1] += float(mb.seq_lens.sum())
         stats[2 : 2 + block] += parts.correct.double()
-        stats[2 + block :] += parts.count.double()
+        stats[2 + block : 2 + 2 * block] += parts.count.double()
+        if parts.selector is not None:
+            stats[-3] += parts.selector.weighted_ce.double()
+            stats[-2] += parts.selector.recall.double()
+            stats[-1] += parts.selector.correct.double()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or float("inf"))
     optimizer.step()
     scheduler.step()
@@ -204,10 +227,13 @@ def run_train_step(
     all_reduce_sum(stats, env)
     all_reduce_sum(anchors, env)
     values = stats.cpu().tolist()
+    count = [int(v) for v in values[2 + block : 2 + 2 * block]]
+    scored = max(sum(count), 1)
+    dflash2 = selector is not None
     return StepOutcome(
         loss=values[0] / max(global_weight, MIN_NORMALISER),
         correct=[int(v) for v in values[2 : 2 + block]],
-        count=[int(v) for v in values[2 + block :]],
+        count=count,
         tokens=int(values[1]),
         anchors=int(anchors.item()),
         target_seconds=target_seconds,
@@ -215,4 +241,34 @@ def run_train_step(
         grad_norm=float(
             grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         ),
+        selector_loss=values[-3] / max(global_weight, MIN_NORMALISER) if dflash2 else None,
+        selector_recall=values[-2] / scored if dflash2 else None,
+        selector_accuracy=values[-1] / scored if dflash2 else None,
+    )
+
+
+def build_selector_term(
+    selector: CandidateSelector,
+    mb: MicroBatch,
+    final_hidden: torch.Tensor,
+    lm_weight: torch.Tensor,
+    settings: ObjectiveSettings,
+) -> SelectorTerm:
+    """DFlash2's loss inputs: predecessors teacher-forced from the data (slot 0's is the
+    anchor), targets the verifier's argmax (speculators 0.9.0's `selector_training_candidates`)."""
+    draft = mb.draft
+    targets = build_verifier_argmax(
+        final_hidden,
+        lm_weight,
+        draft.layout.anchors,
+        draft.labels,
+        draft.weights,
+        block_size=settings.block_size,
+        chunk_tokens=settings.loss_chunk_tokens,
+    )
+    return SelectorTerm(
+        selector=selector,
+        predecessor_ids=teacher_forced_predecessors(draft.labels, settings.block_size),
+        target_ids=targets,
+        weight=1.0 if settings.selector_loss_weight is None else settings.selector_loss_weight,
     )

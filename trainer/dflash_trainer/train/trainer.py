@@ -25,8 +25,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule
 
 from dflash_trainer.model.config import DrafterConfig
+from dflash_trainer.model.dflash2_drafter import DFlash2Drafter
 from dflash_trainer.model.drafter import DFlashDrafter
-from dflash_trainer.model.export import export_drafter
+from dflash_trainer.model.export import architecture_of, export_drafter
 from dflash_trainer.model.taps import TargetTaps
 from dflash_trainer.train import checkpoint as ckpt
 from dflash_trainer.train.batches import DataCursor, rank_micro_batches
@@ -111,6 +112,9 @@ def build_metrics(
         anchors=outcome.anchors,
         target_seconds=outcome.target_seconds,
         drafter_seconds=outcome.drafter_seconds,
+        selector_loss=outcome.selector_loss,
+        selector_recall=outcome.selector_recall,
+        selector_accuracy=outcome.selector_accuracy,
     )
 
 
@@ -307,7 +311,8 @@ class Trainer:
         )
         uri = self.cfg.export_uri
         if self.env.is_main:
-            module = DFlashDrafter(self.drafter_cfg)
+            architecture = DFlashDrafter if self.drafter_cfg.dflash2 is None else DFlash2Drafter
+            module = architecture(self.drafter_cfg)
             module.load_state_dict({k: v.float() for k, v in full.items()})
             data = (
                 "self-distillation (target greedy continuations)"
@@ -316,6 +321,7 @@ class Trainer:
             )
             meta = {
                 "target": self.cfg.target.name,
+                "architecture": architecture_of(self.drafter_cfg),
                 "targetLayerIds": list(self.drafter_cfg.target_layer_ids),
                 "numLayers": self.drafter_cfg.num_hidden_layers,
                 "blockSize": self.drafter_cfg.block_size,
