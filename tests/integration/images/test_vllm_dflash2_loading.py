@@ -117,7 +117,8 @@ def test_vllm_maps_our_architecture_to_its_dflash2_model_and_we_never_write_no_r
     assert re.search(r'"DFlash2DraftModel":\s*\(\s*"qwen3_dflash2"', registry)
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["DFlash2DraftModel"]
-    assert "no_rope_layers" in (vllm_source / "config/speculative.py").read_text()
+    # vLLM >= 0.34 re-routes a config carrying `no_rope_layers` to another drafter
+    # (config/speculative.py); the regen image's 0.33 has no such key. Never write it.
     assert "no_rope_layers" not in json.dumps(config)
 
 
