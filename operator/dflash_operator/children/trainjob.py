@@ -33,8 +33,12 @@ POD_PATCH_FIELDS = (
     "affinity",
     "tolerations",
 )
-# ContainerPatch: the container fields a runtime patch may set (besides its name).
-CONTAINER_PATCH_FIELDS = ("env", "volumeMounts", "securityContext")
+# ContainerPatch: the container fields a runtime patch may set (besides its name). Not `env`:
+# the Trainer's webhook refuses env in a patch of the trainer's `node` container ("must not
+# have envs for the dataset-initializer, model-initializer, node containers"); it goes in
+# `trainer.env`.
+CONTAINER_PATCH_FIELDS = ("volumeMounts", "securityContext")
+TRAINER_FIELDS = ("env",)
 # What the shared pod has that neither the patch nor `trainer` can carry in v2.3: the runtime's
 # (the chart's sets restart policy, service links, termination message policy; the token is
 # mounted instead; a platform runtime decides scheduler and priority class, docs/operations.md).
@@ -71,7 +75,7 @@ def build_token_volume() -> tuple[dict[str, Any], dict[str, Any]]:
 def build_runtime_patch(ctx: PodContext, pod_template: dict[str, Any]) -> dict[str, Any]:
     """The operator's `runtimePatches` entry: labels of the JobSet (our watch finds it by
     them), and the trainer pods' labels, annotations (Kueue's topology request), placement,
-    identity, volumes, env and security context."""
+    identity, volumes and security context (env goes in `trainer.env`)."""
     pod_spec = dict(pod_template["spec"])
     container = dict(pod_spec["containers"][0])
     if ctx.mount_token:
@@ -124,6 +128,7 @@ class TrainJobLauncher:
             "numNodes": ctx.spec.training.nodes,
             "numProcPerNode": ctx.placement.processes,
             "resourcesPerNode": container["resources"],
+            **{k: container[k] for k in TRAINER_FIELDS if k in container},
         }
         return {
             "apiVersion": TRAINJOB.api_version,

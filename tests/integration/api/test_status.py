@@ -16,6 +16,7 @@ from dflash_operator.api.constants import (
 )
 from dflash_operator.api.crd import build_root_schema
 from dflash_operator.api.schema import iter_fields
+from dflash_operator.api.spec_training import Launcher
 from dflash_operator.api.status import (
     DFlashRunStatus,
     build_condition,
@@ -81,6 +82,7 @@ def full_status() -> DFlashRunStatus:
     )
     return DFlashRunStatus(
         phase=Phase.TRAINING,
+        launcher=Launcher.TRAINJOB,
         observed_generation=1,
         conditions=[
             build_condition(
@@ -261,11 +263,12 @@ def test_kubectl_get_shows_phase_progress_loss_checkpoint_and_wide_columns(
 
     assert narrow[0] == ["NAME", "PHASE", "PROGRESS", "LOSS", "CHECKPOINT", "GPU-H", "AGE"]
     assert narrow[1][:6] == ["columns", "Training", "train 12000/40000", "1.25", "12000", "412.5"]
-    assert wide[0] == [*narrow[0], "TARGET", "AUDIT", "POOLS"]
+    assert wide[0] == [*narrow[0], "TARGET", "AUDIT", "POOLS", "LAUNCHER"]
     assert wide[1][7:] == [
         "Qwen/Qwen3-8B",
         "prompts=pass canary=pass completions=approved tokens=pass training=pass",
         "regen=b200 train=rtx-pro-6000",
+        "trainjob",
     ]
 
 

@@ -37,6 +37,9 @@ def test_helm_install_gives_an_operator_with_the_charts_account_what_it_needs_to
     harness.apply_run("r1", chart.tiny_cpu_run())
 
     status = chart.drive_to_success(harness)
+    # The chart's default launcher (auto) on a cluster serving Trainer v2: a TrainJob, admitted
+    # by the real Trainer webhook and run through JobSet.
+    assert status["launcher"] == "trainjob"
     chart.restart_safety.assert_one_child_per_stage(harness)
     recorded = {(c["kind"], c["name"]) for c in status["children"]}
     assert {("ServiceAccount", "r1-trainer"), ("Role", "r1-trainer")} <= recorded
