@@ -154,7 +154,7 @@ DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REG
 
 .PHONY: demo
 demo: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
-	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS)
+	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS) $(if $(DRAFTER),--drafter=$(DRAFTER))
 
 .PHONY: demo-broken-data
 demo-broken-data: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate

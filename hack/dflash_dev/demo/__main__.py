@@ -59,10 +59,18 @@ def _prepare_assets(
 
 
 def build_demo_run(
-    env: environment.DemoEnvironment, broken: bool, files: list[assets.SourceFile]
+    env: environment.DemoEnvironment,
+    broken: bool,
+    files: list[assets.SourceFile],
+    drafter: str = "dflash",
 ) -> dict[str, Any]:
     example = manifest.load_example()
     if not broken:
+        if drafter != "dflash":  # its own run, beside the DFlash demo's
+            return manifest.build_run(
+                example, endpoint=env.s3.endpoint_url, name=f"tiny-cpu-{drafter}",
+                spec={"drafter": {"architecture": drafter}},
+            )  # fmt: skip
         return manifest.build_run(example, endpoint=env.s3.endpoint_url)
     sources = assets.build_sources_spec(files, manifest.EXAMPLE_BUCKET, SAMPLES_PER_SOURCE)
     return manifest.build_run(
@@ -70,7 +78,9 @@ def build_demo_run(
     )
 
 
-def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
+def run_demo(
+    broken: bool, images: environment.DemoImages | None = None, drafter: str = "dflash"
+) -> int:
     # Off a terminal (CI, a pipe) rich wraps at 80 columns; URIs read better unwrapped.
     console = Console() if sys.stdout.isatty() else Console(width=NON_TTY_WIDTH)
     started = time.monotonic()
@@ -80,7 +90,7 @@ def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
     env = environment.ensure_environment(NAMESPACE, say=console.print, images=images)
     environment.ensure_s3_secret(env.admin, NAMESPACE, env.s3)
     files = _prepare_assets(console, env, broken)
-    run = build_demo_run(env, broken, files)
+    run = build_demo_run(env, broken, files, drafter)
     name = run["metadata"]["name"]
     if manifest.get_run(env.admin, NAMESPACE, name) is not None:
         console.print(f"deleting the previous DFlashRun {name} (a fresh run each time)")
@@ -89,6 +99,7 @@ def run_demo(broken: bool, images: environment.DemoImages | None = None) -> int:
     console.print(
         f"applied examples/tiny-cpu.yaml as {NAMESPACE}/{name} (storage.endpoint -> {env.s3.endpoint_url}"
         + (", sources -> the 87%-stub dataset" if broken else "")
+        + (f", drafter.architecture -> {drafter}" if drafter != "dflash" else "")
         + f"); setup took {time.monotonic() - started:.0f}s\n"
     )
 
@@ -157,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the operator and every pod from the built images (make images first)",
     )
+    parser.add_argument(
+        "--drafter",
+        choices=("dflash", "dflash2"),
+        default="dflash",
+        help="the drafter's architecture (spec.drafter.architecture); dflash2 runs as "
+        "tiny-cpu-dflash2, beside the DFlash demo's run",
+    )
     parser.add_argument("--image-registry", default="ghcr.io/dflash-dev")
     parser.add_argument("--image-tag", default="", help="default: the VERSION file")
     args = parser.parse_args(argv)
@@ -174,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
 
             tag = args.image_tag or read_version()
             images = environment.demo_images(args.image_registry, tag)
-        return run_demo(args.broken_data, images)
+        if args.broken_data and args.drafter != "dflash":
+            print(
+                "error: --drafter applies to the healthy demo, not --broken-data", file=sys.stderr
+            )
+            return 2
+        return run_demo(args.broken_data, images, args.drafter)
     except (DevError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -95,6 +95,49 @@ class SlidingWindowSpec(ApiModel):
     )
 
 
+class DrafterArchitecture(StrEnum):
+    DFLASH = "dflash"
+    DFLASH2 = "dflash2"
+
+
+class DFlash2Spec(ApiModel):
+    """DFlash2's knobs (speculators 0.9.0's defaults; vLLM reads the first four from the
+    exported config without defaults, so the export always writes them)."""
+
+    conv_kernel_size: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_BLOCK_SIZE,
+        description="Causal taps of each in-block convolution (the token and t-1 back); at most "
+        "blockSize.",
+    )
+    conv_group_size: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="Channels sharing one token-dependent kernel delta; must divide the "
+        "target's hidden size (the trainer checks it against the target).",
+    )
+    selector_rank: int = Field(
+        default=256,
+        ge=1,
+        le=4096,
+        description="Rank r of the candidate selector's two [vocabulary, r] codebooks.",
+    )
+    selector_top_k: int = Field(
+        default=16,
+        ge=2,
+        le=1024,
+        description="Unary candidates (top-K of the shared LM head) the selector reranks.",
+    )
+    selector_loss_weight: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=100.0,
+        description="Weight of the selector's K-way cross-entropy next to the unary loss.",
+    )
+
+
 def _distinct_ascending(ids: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(ids))
 
@@ -118,6 +161,26 @@ class DrafterSpec(ApiModel):
     """The drafter's shape. Hidden size, heads and vocabulary follow the target."""
 
     rules = (
+        Rule(
+            rule="!has(self.dflash2) || (has(self.architecture) && self.architecture == 'dflash2')",
+            message="dflash2 settings need architecture: dflash2",
+            check=lambda d: d.dflash2 is None or d.architecture is DrafterArchitecture.DFLASH2,
+            field_path=".dflash2",
+            describe=lambda d: (
+                f"dflash2 is set but architecture={d.architecture.value}: accepted with "
+                "architecture: dflash2 only"
+            ),
+        ),
+        Rule(
+            rule="!has(self.dflash2) || self.dflash2.convKernelSize <= self.blockSize",
+            message="dflash2.convKernelSize may not exceed blockSize",
+            check=lambda d: d.dflash2 is None or d.dflash2.conv_kernel_size <= d.block_size,
+            field_path=".dflash2.convKernelSize",
+            describe=lambda d: (
+                f"dflash2.convKernelSize={d.dflash2.conv_kernel_size} is not accepted: at most "
+                f"blockSize ({d.block_size})"
+            ),
+        ),
         Rule(
             rule="!has(self.slidingWindow) || self.slidingWindow.layers <= self.numLayers",
             message="slidingWindow.layers may not exceed numLayers",
@@ -177,4 +240,16 @@ class DrafterSpec(ApiModel):
     sliding_window: SlidingWindowSpec | None = Field(
         default=None,
         description="Sliding-window attention for the first layers. Unset: full attention.",
+    )
+    architecture: DrafterArchitecture = Field(
+        default=DrafterArchitecture.DFLASH,
+        description=(
+            "dflash: the DFlash drafter. dflash2: DFlash's backbone with in-block convolutions "
+            "and a candidate selector (what vLLM >= 0.28 serves as DFlash2DraftModel); its "
+            "knobs are in dflash2. DFlash2 is usually trained with blockSize 8."
+        ),
+    )
+    dflash2: DFlash2Spec | None = Field(
+        default=None,
+        description="DFlash2's knobs (architecture: dflash2 only). Unset: the defaults.",
     )

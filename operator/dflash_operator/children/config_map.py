@@ -15,6 +15,7 @@ from dflash_operator.api.constants import Stage
 from dflash_operator.api.naming import child_name
 from dflash_operator.api.spec import DFlashRunSpec
 from dflash_operator.api.spec_data import SourceFormat
+from dflash_operator.api.spec_model import DFlash2Spec, DrafterArchitecture
 from dflash_operator.api.spec_training import Strategy
 from dflash_operator.children.commands import (
     CHAT_TEMPLATE_FILE,
@@ -98,6 +99,9 @@ def build_train_file(
         drafter["mask_token_id"] = spec.drafter.mask_token_id
     if training.activation_checkpointing:
         drafter["activation_checkpointing"] = True
+    if spec.drafter.architecture is DrafterArchitecture.DFLASH2:
+        knobs = spec.drafter.dflash2 or DFlash2Spec()
+        drafter["dflash2"] = knobs.model_dump(mode="json")  # snake_case: the trainer's keys
     layer_types = _layer_types(spec)
     if layer_types is not None and spec.drafter.sliding_window is not None:
         drafter["layer_types"] = layer_types

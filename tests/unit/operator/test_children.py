@@ -332,6 +332,28 @@ def test_the_config_map_holds_every_file_the_stages_read(
     assert config["metadata"]["annotations"]["dflash.dev/config-hash"]
 
 
+def test_a_dflash2_drafter_reaches_the_trainers_config_and_a_dflash_one_is_unchanged(
+    make_spec: Callable[..., dict[str, Any]],
+) -> None:
+    from dflash_trainer.train.config import TrainConfig
+
+    def train_file(drafter: dict[str, Any]) -> dict[str, Any]:
+        data = build_config_map(RUN, parse_spec(make_spec(drafter=drafter)), ROOT)["data"]
+        return dict(yaml.safe_load(data["train.yaml"]))
+
+    plain = train_file({"blockSize": 8})
+    assert "dflash2" not in plain["drafter"]
+    defaults = train_file({"blockSize": 8, "architecture": "dflash2"})["drafter"]["dflash2"]
+    assert defaults == {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256,
+                        "selector_top_k": 16, "selector_loss_weight": 1.0}  # fmt: skip
+    tuned = train_file({"blockSize": 8, "architecture": "dflash2",
+                        "dflash2": {"selectorRank": 64, "selectorLossWeight": 0.5}})  # fmt: skip
+    assert tuned["drafter"]["dflash2"]["selector_rank"] == 64
+    # The trainer reads the section the operator writes (its schema forbids unknown keys).
+    parsed = TrainConfig.model_validate(tuned)
+    assert parsed.drafter.dflash2 is not None and parsed.drafter.dflash2.selector_rank == 64
+
+
 def test_the_config_hash_changes_with_the_thresholds_only_when_they_change(
     make_spec: Callable[..., dict[str, Any]],
 ) -> None:
