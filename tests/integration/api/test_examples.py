@@ -34,7 +34,7 @@ def test_the_minimal_example_of_the_reference_gets_every_default_from_the_server
     assert runs.apply(manifest).returncode == 0
 
     spec = runs.get(manifest["metadata"]["name"])["spec"]
-    assert spec["drafter"] == {"blockSize": 16, "numLayers": 5}
+    assert spec["drafter"] == {"architecture": "dflash", "blockSize": 16, "numLayers": 5}
     assert spec["training"]["epochs"] == 6 and spec["training"]["anchorsPerSequence"] == 512
     assert spec["audit"]["stubTokens"] == 16
     assert spec["audit"]["tokens"]["maxLossMaskModeShare"] == pytest.approx(0.1)
