@@ -179,6 +179,7 @@ def ensure_operator(
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
         "DFLASH_NAMESPACES": ",".join(namespaces),
+        "DFLASH_DEFAULT_LAUNCHER": operator_local.local_launcher(),
     }
     if from_image is not None:
         engine = detect_engine()
