@@ -70,6 +70,9 @@ def test_auto_trains_as_a_trainjob_where_only_trainer_v2_is_served(
         assert harness.status("r1")["launcher"] == "trainjob"
         job = get_json(cluster, "trainjob/r1-train", "-n", harness.namespace)
         assert job["spec"]["runtimeRef"]["name"] == runtime
-        assert [p["manager"] for p in job["spec"]["runtimePatches"]] == ["dflash.dev/operator"]
+        # Ours, and Kueue's beside it (its webhook adds its own patch): they coexist.
+        managers = [p["manager"] for p in job["spec"]["runtimePatches"]]
+        assert managers.count("dflash.dev/operator") == 1
+        assert set(managers) <= {"dflash.dev/operator", "kueue.x-k8s.io/manager"}
     finally:
         cluster.kubectl("delete", "clustertrainingruntime", runtime, "--ignore-not-found")

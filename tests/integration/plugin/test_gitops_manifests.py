@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dflash_dev import third_party_crds
 
 ROOT = Path(__file__).parents[3]
 HEALTH_LUA = ROOT / "deploy/argocd/resource_customizations/dflash.dev/DFlashRun/health.lua"
@@ -35,6 +36,14 @@ def test_the_argocd_cm_patch_adds_the_health_check_and_keeps_other_settings(plug
 
 
 def test_the_runs_of_the_gitops_folder_are_accepted_by_the_api_server(plugin: Any) -> None:
+    # The ExternalSecret's CRD (and the others the examples target), installed here: a test
+    # that restarts the cluster with other backends (foundation/test_backends.py) drops CRDs
+    # installed earlier in the session.
+    for crd in third_party_crds.ensure_all():
+        plugin.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+        name = yaml.safe_load(crd.read_text())["metadata"]["name"]
+        plugin.cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}",
+                               "--timeout=60s")  # fmt: skip
     for path in sorted((ROOT / "examples/gitops/runs").glob("*.yaml")):
         result = plugin.cluster.kubectl(
             "apply", "--dry-run=server", "-n", plugin.namespace, "-f", str(path), check=False
