@@ -73,6 +73,19 @@ def is_rank_zero(pod: dict[str, Any]) -> bool:
     return labels.get("training.kubeflow.org/replica-type") == "master"
 
 
+def minimal_runtime(name: str) -> dict[str, Any]:
+    """The smallest ClusterTrainingRuntime the Trainer's webhook accepts (torch, one `node`
+    replicated job): what a TrainJob's runtimeRef must name before the webhook admits it."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "node", "image": "trainer:1"}]}}}}}]}}},
+    }  # fmt: skip
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from dflash_dev.kube_wait import get_json, wait_for
 
-from .conftest import serve_crd_version
+from .conftest import minimal_runtime, serve_crd_version
 
 EARLIER = ("regen", "audit-completions", "tokenize", "audit-tokens")
 TRAINJOBS = ("trainjobs.trainer.kubeflow.org", "v1alpha1")
@@ -55,14 +55,7 @@ def test_auto_trains_as_a_trainjob_where_only_trainer_v2_is_served(
     harness: Any, make_spec: Any, only: str, cluster: Any
 ) -> None:
     runtime = f"dflash-{harness.namespace}"
-    body = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": runtime},
-        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
-            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "node", "image": "trainer:1"}]}}}}}]}}},
-    }  # fmt: skip
+    body = minimal_runtime(runtime)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
     try:
         to_training(harness, make_spec, runtime=runtime)

@@ -25,7 +25,7 @@ from dflash_operator.plan.stages import (
 )
 from dflash_operator.pools import parse_pools
 
-from .conftest import base_spec
+from .conftest import base_spec, minimal_runtime
 
 TOPOLOGY = {"levelLabel": "cloud.example.com/rack", "mode": "required"}
 
@@ -54,14 +54,7 @@ def test_a_rendered_trainjob_passes_the_api_servers_schema_and_rules(
     job = render(namespace, training, suspend=True)
     # The Trainer's webhook admits a TrainJob only when its runtime exists.
     runtime = job["spec"]["runtimeRef"]["name"]
-    body = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": runtime},
-        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
-            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "node", "image": "trainer:1"}]}}}}}]}}},
-    }  # fmt: skip
+    body = minimal_runtime(runtime)
     existed = trainer_crds.kubectl("get", "clustertrainingruntime", runtime, check=False)
     if existed.returncode != 0:
         trainer_crds.kubectl("apply", "-f", "-", input=json.dumps(body))
