@@ -1,6 +1,7 @@
 """The release version. `VERSION` at the repository root is the one source; this module writes
 it into every file that must carry a copy (the workspace's pyproject.toml files, uv.lock's
-workspace entries, the chart's version and appVersion) and finds the copies that disagree.
+workspace entries, the chart's version and appVersion, the Helm-repository GitOps example's
+targetRevision) and finds the copies that disagree.
 
     python -m dflash_dev.version            print the version
     python -m dflash_dev.version check      exit 1 and name every copy that disagrees
@@ -33,6 +34,8 @@ PYPROJECTS = (
     "memplan/pyproject.toml",
 )
 CHART = "charts/dflash-operator/Chart.yaml"
+# The GitOps example that installs the chart from a Helm repository pins its version.
+HELM_REPO_APP = "examples/gitops/from-helm-repo/dflash-operator.yaml"
 LOCK = "uv.lock"
 # The lock's entries for the workspace itself (`uv lock` rewrites them from the pyproject files).
 WORKSPACE_PACKAGES = (
@@ -74,6 +77,13 @@ def build_copies() -> tuple[VersionCopy, ...]:
     copies.append(VersionCopy(CHART, "version", re.compile(r"(^version: )(\S+)()$", re.M)))
     copies.append(
         VersionCopy(CHART, "appVersion", re.compile(r'(^appVersion: ")([^"]*)(")$', re.M))
+    )
+    copies.append(
+        VersionCopy(
+            HELM_REPO_APP,
+            "the chart's targetRevision",
+            re.compile(r"(^    targetRevision: )(\S+)()(?= |$)", re.M),
+        )
     )
     copies.extend(
         VersionCopy(

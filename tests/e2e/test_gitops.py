@@ -39,6 +39,9 @@ OPERATOR_NS = "dflash-system"
 CRD = "dflashruns.dflash.dev"
 # The example's protection of a run (examples/gitops/runs/qwen3-8b-chat-v1.yaml).
 EXAMPLE_RUN = gitops_example.EXAMPLE / "runs" / "qwen3-8b-chat-v1.yaml"
+# The example's Application that installs the chart from a Helm repository.
+HELM_REPO_APP = gitops_example.EXAMPLE / "from-helm-repo" / "dflash-operator.yaml"
+HELM_REPO_PLACEHOLDER = "https://charts.your-org.example/dflash"
 SYNC_TIMEOUT = 300.0  # a first sync retries with backoff while the CRD and namespaces appear
 QUIET_SECONDS = 120.0  # the issue's window: nothing may turn OutOfSync after a sync
 CASCADE = "resources-finalizer.argocd.argoproj.io"
@@ -55,6 +58,7 @@ class GitOpsWorld:
     harness: DemoHarness
     repo: LocalRepo
     runs_ns: str
+    charts_url: str  # the local Helm repository, with the fork's chart as it was created
     # Every (run, Argo CD health, message) and failed-sync message seen while polling.
     health_seen: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     sync_failures: list[str] = field(default_factory=list)
@@ -232,7 +236,7 @@ def world(
     )
     build_fork_apps(repo, runs_ns)
     repo.commit("The fork's release name and runs namespace")
-    found = GitOpsWorld(cluster, harness, repo, runs_ns)
+    found = GitOpsWorld(cluster, harness, repo, runs_ns, f"{info.sources_url}/charts")
     yield found
     harness.stop()
     for name in APPS:  # what the deletion test left, if it failed
@@ -383,6 +387,63 @@ def test_a_chart_upgrade_committed_to_git_rolls_the_operator_and_a_run_in_flight
     for name, uid in jobs_before.items():
         assert jobs_after.get(name) == uid, f"{name} was re-created by the upgrade"
     assert world.wait_run_health("third", "Healthy")
+
+
+def build_helm_repo_app(charts_url: str, runs_ns: str) -> tuple[dict[str, Any], str]:
+    """The example's Helm-repository Application, beside (not instead of) the fork's: its own
+    name, release and namespace, the CRD and the cluster's training runtime left to the fork's
+    release (two Applications must not own one resource). The namespace it installs into."""
+    app = yaml.safe_load(HELM_REPO_APP.read_text().replace(HELM_REPO_PLACEHOLDER, charts_url))
+    assert app["spec"]["source"]["repoURL"] == charts_url, "the placeholder moved"
+    namespace = f"dflash-helm-{secrets.token_hex(3)}"
+    app["metadata"]["name"] = "dflash-operator-helm"
+    app["spec"]["destination"]["namespace"] = namespace
+    helm = app["spec"]["source"]["helm"]
+    helm["releaseName"] = "dflash-helm"
+    helm["skipCrds"] = True
+    helm["valuesObject"]["operator"]["watchNamespaces"] = [runs_ns]
+    helm["valuesObject"]["training"] = {"runtime": {"enabled": False}}
+    return app, namespace
+
+
+def test_the_operator_from_the_helm_repository_syncs_healthy_and_uninstalls_with_cascade(
+    world: GitOpsWorld, tmp_path: Path
+) -> None:
+    cluster = world.cluster
+    app, namespace = build_helm_repo_app(world.charts_url, world.runs_ns)
+    name = app["metadata"]["name"]
+    path = tmp_path / "helm-app.yaml"
+    path.write_text(yaml.safe_dump(app))
+    cluster.kubectl("apply", "-f", str(path))
+    try:
+        world.wait_app(name, "Synced", "Healthy")
+        status = world.app(name)["status"]
+        assert status["sourceType"] == "Helm", status.get("sourceType")
+        version = str(app["spec"]["source"]["targetRevision"])
+        assert status["sync"]["revision"] == version, status["sync"]
+        deployment = get_json(cluster, "deployment", "dflash-helm", "-n", namespace)
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == f"dflash-operator-{version}"
+        tracking = deployment["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"]
+        assert tracking.startswith(f"{name}:apps/Deployment:"), tracking
+        assert deployment["status"].get("availableReplicas") == 1, deployment["status"]
+        crd_uid = get_json(cluster, "crd", CRD)["metadata"]["uid"]
+
+        cluster.kubectl("delete", "application", name, "-n", ARGOCD_NS, "--wait=false")
+        wait_for(
+            "the Helm repository's release uninstalled by the cascade",
+            lambda: (
+                not exists(cluster, "deployment", "dflash-helm", "-n", namespace)
+                and not exists(cluster, "application", name, "-n", ARGOCD_NS)
+            ),
+            SYNC_TIMEOUT,
+        )
+        assert get_json(cluster, "crd", CRD)["metadata"]["uid"] == crd_uid
+        assert world.state("dflash-operator")[:2] == ("Synced", "Healthy")
+    finally:
+        cluster.kubectl("delete", "application", name, "-n", ARGOCD_NS, "--wait=false",
+                        check=False)  # fmt: skip
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_a_commit_that_edits_an_immutable_field_fails_the_sync_and_leaves_the_run_alone(

@@ -195,3 +195,18 @@ def test_the_secret_is_synced_before_the_runs_and_only_where_the_store_allows() 
     for condition in store["spec"]["conditions"]:
         wanted = condition["namespaceSelector"]["matchLabels"]
         assert wanted.items() <= namespace_labels.items()
+
+
+def test_the_helm_repository_alternative_differs_from_the_git_one_only_in_its_source() -> None:
+    """from-helm-repo/ replaces apps/dflash-operator.yaml: everything but where the chart
+    comes from must stay the same, and it pins the chart version this checkout releases."""
+    git = application("apps/dflash-operator.yaml")
+    helm = application("from-helm-repo/dflash-operator.yaml")
+    chart = yaml.safe_load((ROOT / "charts" / "dflash-operator" / "Chart.yaml").read_text())
+
+    git_source, helm_source = git["spec"].pop("source"), helm["spec"].pop("source")
+    assert helm == git
+    assert helm_source["chart"] == chart["name"]
+    assert str(helm_source["targetRevision"]) == str(chart["version"])
+    assert "path" not in helm_source
+    assert helm_source["helm"] == git_source["helm"]
