@@ -1013,10 +1013,10 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
 
 
 def format_table(smoke: Smoke, figures: dict[str, Any]) -> list[str]:
-    lines = [f"{'step':<15} {'status':<8} {'seconds':>8}  detail"]
+    lines = [f"{'step':<21} {'status':<8} {'seconds':>8}  detail"]
     for r in smoke.reports:
         detail = r.detail.splitlines()[0][:90] if r.detail else ""
-        lines.append(f"{r.name:<15} {r.status:<8} {r.seconds:>8.1f}  {detail}")
+        lines.append(f"{r.name:<21} {r.status:<8} {r.seconds:>8.1f}  {detail}")
     lines.append("")
     lines.append(f"{'figure':<34} value")
     for key, value in figures.items():
