@@ -3,21 +3,25 @@
 Tiny random targets built here (nothing downloaded): regeneration of 256 prompts through the
 project's regeneration CLI on a Qwen3 and a Qwen3.5 (Gated DeltaNet; fla kernels where `fla` is
 importable, transformers' torch fallback otherwise) target, with vLLM where it is importable and
-the transformers engine otherwise; tokenization; 50 bf16 training steps with the production
+the transformers engine otherwise; tokenization; 40 bf16 training steps with the production
 drafter's shapes at small depth (heads 256 wide, a sliding-window layer and a full one,
 activation checkpointing, FSDP2 on one rank, flex attention with the kernel options chosen for
 this GPU): step time, tokens/s, MFU, peak memory against the memory plan; a few steps on the
 Gated DeltaNet target; the flex backward at width 256 with this GPU's options and with sm_12x's;
-one loss chunk at a 248,320-token vocabulary (bytes per logit against the plan); export; and
-acceptance with the project's eval (builtin engine, and vLLM `method: dflash` where importable).
-A failed step is reported (name, first lines of its error) and the others run where they can;
-exit 1 if any step failed or was cut by the budget. `--dry-run` runs the same steps on CPU
-(float32, dense/SDPA attention, tiny sizes) in about a minute;
+one loss chunk at a 248,320-token vocabulary (bytes per logit against the plan), DFlash's and
+DFlash2's; export; and acceptance with the project's eval (builtin engine, and vLLM
+`method: dflash` where importable). The same 40 steps train a DFlash2 drafter on the same
+target, data and seed, and both are evaluated greedy and at T = 0.6: the DFlash vs DFlash2
+table (bench/gpu_smoke_compare.py; ratios DFlash2 / DFlash) fails the run when a figure of it
+is missing. A failed step is reported (name, first lines of its error) and the others run
+where they can; exit 1 if any step failed or was cut by the budget. `--dry-run` runs the same
+steps on CPU (float32, dense/SDPA attention, tiny sizes) in a few minutes;
 tests/unit/trainer/test_gpu_smoke_script.py runs it.
 
 Built for a lent GPU machine's limits (issue 29): the run boxes itself in `--budget-s` (a step
 that would start too late is SKIPPED, one that runs past the budget is stopped), the steps whose
-figures matter most run first (train, flex-256, loss-vocab, export, acceptance), and the output
+figures matter most run first (train, flex-256, loss-vocab, export, the DFlash2 variant,
+acceptance and the DFlash vs DFlash2 table), and the output
 folder gets at most four files: `steps.json` (rewritten after every step, so a run killed from
 outside still returns what it measured), `gpu_smoke.json` (the final figures), the tarball
 `gpu_smoke_rest.tar.gz` of the work folder without weights, and the log its wrapper writes.
@@ -63,8 +67,9 @@ TARBALL_BUDGET_BYTES = 12 << 20
 # Weights and checkpoints stay out of the tarball (the figures are in the JSON).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".distcp", ".ckpt")
 # The default time box: the device runs one command for at most 600 s; the kit's install and
-# the interpreter's start take about 30 s of it, and the tarball a few more.
-DEFAULT_BUDGET_S = 420.0
+# the interpreter's start take about 30 s of it, and the tarball a few more. 480 since the
+# DFlash2 variant (a second training, export and three more evals) joined the run.
+DEFAULT_BUDGET_S = 480.0
 ERROR_LINES = 6
 # The module holding each stage CLI's `main(argv)` (for the dry run's in-process calls).
 CLI_MAINS = {
@@ -106,13 +111,19 @@ class Sizes:
 
 
 # 160 new tokens after prompts of 20-60: rows of about 180-220 tokens, over the 128 window.
-GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 160, 256, 8, 50, 5, 8, 512, 16, 2, 16, 128)
+# 40 steps (5 of warmup) per architecture: two trainings where one of 50 was, inside the budget.
+GPU = Sizes("cuda", "bfloat16", "flex", "vllm", 256, 160, 256, 8, 40, 5, 8, 512, 16, 2, 16, 128)
 DRY = Sizes(
     "cpu", "float32", "auto", "transformers", 16, 16, 64, 8, 8, 2, 4, 96, 8, 2, 3, 16,
     head_dim=256, sliding_window=48, loss_rows=128, hybrid_steps=2,
 )  # fmt: skip
 # Trainer pods' allocator setting (operator children/pod.py); the plan's fragmentation assumes it.
 ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+# DFlash2's knobs in the comparison: speculators 0.9.0's defaults, the trainer's and the CRD's
+# (train.yaml `drafter.dflash2: {}`); the block size stays DFlash's, so that the architecture is
+# the only difference. The sampled evals' temperature, as bench_drafter_architectures.py's.
+DFLASH2_SECTION: dict[str, Any] = {}
+SAMPLED_TEMPERATURE = 0.6
 
 
 @dataclass
@@ -365,11 +376,15 @@ def tokenize(smoke: Smoke) -> dict[str, Any]:
     return {"rows": manifest.get("samples")}
 
 
-def build_drafter_section(smoke: Smoke, mask_token_id: int) -> dict[str, Any]:
+def build_drafter_section(
+    smoke: Smoke, mask_token_id: int, architecture: str = "dflash"
+) -> dict[str, Any]:
     """The production drafter's attention at small depth: wide heads, one sliding-window layer
-    and one full layer, activation checkpointing (the Qwen3.6-27B example's setting)."""
+    and one full layer, activation checkpointing (the Qwen3.6-27B example's setting); DFlash2
+    adds its section and nothing else."""
     s = smoke.sizes
-    return {
+    extra = {"dflash2": DFLASH2_SECTION} if architecture == "dflash2" else {}
+    return extra | {
         "num_layers": s.drafter_layers, "block_size": s.block, "mask_token_id": mask_token_id,
         "attention_backend": s.backend, "head_dim": s.head_dim, "num_attention_heads": 4,
         "num_key_value_heads": 2,
@@ -393,16 +408,21 @@ def init_one_rank_group(device: str) -> None:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
-def build_train_config(smoke: Smoke) -> Any:
+def suffix(architecture: str) -> str:
+    """What the DFlash2 variant's step names, state keys and folders end with."""
+    return "" if architecture == "dflash" else f"-{architecture}"
+
+
+def build_train_config(smoke: Smoke, architecture: str = "dflash") -> Any:
     from dflash_trainer.train.config import TrainConfig
 
     s = smoke.sizes
     target = smoke.state["target-qwen3"]
-    root = smoke.dir / "train"
+    root = smoke.dir / f"train{suffix(architecture)}"
     return TrainConfig.model_validate({
         "run_root": str(root),
         "target": {"path": str(target.path), "dtype": s.dtype},
-        "drafter": build_drafter_section(smoke, target.mask_token_id),
+        "drafter": build_drafter_section(smoke, target.mask_token_id, architecture),
         "distributed": {"strategy": "fsdp2"},
         "data": {"tokenized_uri": str(smoke.state["tokenized"]), "max_seq_len": s.max_seq_len,
                  "batch_size": s.batch},
@@ -470,7 +490,9 @@ def timed_step_flops(trainer: Any, cursor: Any, steps: int) -> float:
     return total
 
 
-def train(smoke: Smoke) -> dict[str, Any]:
+def train(smoke: Smoke, architecture: str = "dflash") -> dict[str, Any]:
+    """The production shapes' training: DFlash, or DFlash2 on the same target, data, steps and
+    seed (the same procedure measures both; DFlash's trainer is exported and freed first)."""
     import torch
     from bench_trainer_gpu import peak_tflops
     from dflash_trainer.plan.meter import LiveTensorMeter
@@ -478,6 +500,8 @@ def train(smoke: Smoke) -> dict[str, Any]:
     from dflash_trainer.train.trainer import Trainer
 
     smoke.need("tokenized", "tokenize")
+    if architecture != "dflash":
+        smoke.need("final", "export")  # DFlash's trainer is gone: the peaks are comparable
     s = smoke.sizes
     if s.device == "cuda" and not torch.cuda.is_available():
         raise StepError("no CUDA GPU visible (run with --dry-run on CPU)")
@@ -489,12 +513,14 @@ def train(smoke: Smoke) -> dict[str, Any]:
             f"{max(lengths, default=0)}): the window would never take effect"
         )
     torch.manual_seed(0)
-    cfg = build_train_config(smoke)
+    cfg = build_train_config(smoke, architecture)
     init_one_rank_group(s.device)
     env = init_distributed(cfg.distributed.timeout_minutes)
     device = env.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     trainer = Trainer(cfg, env)
-    smoke.state["trainer"] = trainer
+    smoke.state[f"trainer{suffix(architecture)}"] = trainer
     # Warm up (flex compiles on its first call), then time the remaining steps. On CPU the
     # peak is counted over the warmup steps (the meter slows every op, so not while timed).
     meter = LiveTensorMeter()
@@ -517,7 +543,8 @@ def train(smoke: Smoke) -> dict[str, Any]:
     timed_s = time.perf_counter() - start
     timed_steps = s.steps - s.warmup
     step_s = timed_s / timed_steps
-    flops = timed_step_flops(trainer, cursor, timed_steps)
+    # The FLOP count (bench_trainer_gpu.py) has DFlash's terms only: no MFU for DFlash2.
+    flops = timed_step_flops(trainer, cursor, timed_steps) if architecture == "dflash" else 0.0
     plan = plan_estimate(cfg, device.type, max(lengths))
     if device.type == "cuda":
         allocated = torch.cuda.max_memory_allocated(device)
@@ -535,12 +562,13 @@ def train(smoke: Smoke) -> dict[str, Any]:
         peak_flops = None
     mfu = flops / timed_s / peak_flops if peak_flops and device.type == "cuda" else None
     return {
+        "architecture": architecture,
         "steps": s.steps,
         "timed_steps": timed_steps,
         "step_ms": round(step_s * 1e3, 2),
         "tokens_per_s": round(statistics.median(m["tokensPerSecond"] for m in timed), 1),
         # FLOPs and time of the same timed steps (each step's own batch).
-        "tflops_per_step": round(flops / timed_steps / 1e12, 6),
+        "tflops_per_step": round(flops / timed_steps / 1e12, 6) if flops else None,
         "mfu": round(mfu, 6) if mfu else None,  # no CPU peak
         # The GPU memory the run held at its peak (allocator + CUDA context and workspaces)
         # against the plan's total for these shapes; on the CPU both are the live tensors.
@@ -560,6 +588,9 @@ def train(smoke: Smoke) -> dict[str, Any]:
         "wrapped": type(trainer.model).__name__,
         "first_loss": round(metrics[0]["loss"], 4),
         "last_loss": round(metrics[-1]["loss"], 4),
+        # DFlash2: the selector's K-way CE and how often the target was in the unary top-K.
+        "last_selector_loss": metrics[-1].get("selectorLoss"),
+        "last_selector_recall": metrics[-1].get("selectorRecall"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
 
@@ -656,15 +687,19 @@ def flex_256(smoke: Smoke) -> dict[str, Any]:
             "max_grad_diff_vs_sdpa": round(worst, 5)}  # fmt: skip
 
 
-def loss_vocab(smoke: Smoke) -> dict[str, Any]:
+def loss_vocab(smoke: Smoke, architecture: str = "dflash") -> dict[str, Any]:
     """One loss chunk at the Qwen3.5/3.6 vocabulary: the bytes its backward holds per logit
-    (against the plan's LOSS_BYTES_PER_LOGIT) and its time."""
+    (against the plan's LOSS_BYTES_PER_LOGIT) and its time. DFlash2's chunk also takes the
+    top-K for the selector (rank 256, top-16): its bytes per logit, without the codebooks'
+    gradients, against the plan's SELECTOR_LOSS_BYTES_PER_LOGIT."""
     import contextlib
 
     import torch
+    from dflash_memplan.dflash2 import SELECTOR_LOSS_BYTES_PER_LOGIT
     from dflash_memplan.estimate import LOSS_BYTES_PER_LOGIT
+    from dflash_trainer.model.dflash2_selector import CandidateSelector
     from dflash_trainer.plan.meter import LiveTensorMeter
-    from dflash_trainer.train.loss import build_block_loss
+    from dflash_trainer.train.loss import SelectorTerm, build_block_loss
 
     s = smoke.sizes
     device = torch.device(s.device, 0) if s.device == "cuda" else torch.device("cpu")
@@ -675,13 +710,24 @@ def loss_vocab(smoke: Smoke) -> dict[str, Any]:
     weight = (torch.randn(vocab, hidden_size, device=device) * 0.02).to(dtype)
     labels = torch.randint(0, vocab, (1, rows), device=device)
     weights = torch.ones(1, rows, device=device)
+    term, plan_per_logit, gradients = None, LOSS_BYTES_PER_LOGIT, 0
+    if architecture == "dflash2":
+        selector = CandidateSelector(vocab, hidden_size, rank=256, top_k=16).to(device)
+        ids = [torch.randint(0, vocab, (1, rows), device=device) for _ in range(2)]
+        term = SelectorTerm(selector, ids[0], ids[1], weight=1.0)
+        plan_per_logit = SELECTOR_LOSS_BYTES_PER_LOGIT
+        # Made by the selector's backward before the chunk's, and counted apart in the plan.
+        gradients = sum(p.numel() for p in selector.parameters()) * 4
     mixed = (torch.autocast("cuda", dtype=torch.bfloat16) if s.device == "cuda"
              else contextlib.nullcontext())  # fmt: skip
     meter = LiveTensorMeter()
+    if term is not None:
+        meter.track([*term.selector.parameters(), term.predecessor_ids, term.target_ids])
     with meter if s.device == "cpu" else contextlib.nullcontext():
         with mixed:
             parts = build_block_loss(hidden, weight, labels, weights, block_size=16,
-                                     normaliser=1.0, chunk_tokens=rows)  # fmt: skip
+                                     normaliser=1.0, chunk_tokens=rows,
+                                     selector_term=term)  # fmt: skip
         if s.device == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -697,9 +743,10 @@ def loss_vocab(smoke: Smoke) -> dict[str, Any]:
         else:
             peak = meter.peak_bytes
     seconds = time.perf_counter() - start
-    per_logit = (peak - before) / (rows * vocab)
-    return {"vocab": vocab, "rows": rows, "bytes_per_logit": round(per_logit, 2),
-            "plan_bytes_per_logit": LOSS_BYTES_PER_LOGIT, "backward_ms": round(seconds * 1e3, 2)}  # fmt: skip
+    per_logit = (peak - before - gradients) / (rows * vocab)
+    return {"architecture": architecture, "vocab": vocab, "rows": rows,
+            "bytes_per_logit": round(per_logit, 2), "plan_bytes_per_logit": plan_per_logit,
+            "backward_ms": round(seconds * 1e3, 2)}  # fmt: skip
 
 
 def monitor_vocab(smoke: Smoke) -> dict[str, Any]:
@@ -748,26 +795,40 @@ def monitor_vocab(smoke: Smoke) -> dict[str, Any]:
             "ms_per_chunk": round(seconds * 1e3 / 2, 2)}  # fmt: skip
 
 
-def export(smoke: Smoke) -> dict[str, Any]:
+# The `architectures` of each drafter's exported config.json (what vLLM loads it as).
+EXPORTED_ARCHITECTURE = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
+
+
+def export(smoke: Smoke, architecture: str = "dflash") -> dict[str, Any]:
     import torch
     from dflash_trainer.model.export import drafter_config_from_export
     from dflash_trainer.storage import read_json
 
-    trainer = smoke.need("trainer", "train")
+    key = f"trainer{suffix(architecture)}"
+    trainer = smoke.need(key, f"train{suffix(architecture)}")
     uri = trainer.export()
-    config = drafter_config_from_export(read_json(str(Path(uri) / "config.json")))
+    exported = read_json(str(Path(uri) / "config.json"))
+    config = drafter_config_from_export(exported)
     weights = sorted(p.name for p in Path(uri).glob("*.safetensors"))
     if not weights:
         raise StepError(f"no *.safetensors in the export {uri}")
-    smoke.state["final"] = Path(uri)
-    del smoke.state["trainer"], trainer
-    gc.collect()  # free the GPU for vLLM in the next steps
+    if exported.get("architectures") != [EXPORTED_ARCHITECTURE[architecture]]:
+        raise StepError(f"{uri}/config.json: architectures={exported.get('architectures')}, "
+                        f"expected [{EXPORTED_ARCHITECTURE[architecture]!r}]")  # fmt: skip
+    smoke.state[f"final{suffix(architecture)}"] = Path(uri)
+    del smoke.state[key], trainer
+    gc.collect()  # free the GPU for the next training and for vLLM
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return {"uri": uri, "block_size": config.block_size, "files": weights}
+    return {"uri": uri, "block_size": config.block_size, "files": weights,
+            "architectures": exported.get("architectures")}  # fmt: skip
 
 
-def evaluate(smoke: Smoke, engine: str) -> dict[str, Any]:
+def evaluate(
+    smoke: Smoke, engine: str, architecture: str = "dflash", temperature: float = 0.0
+) -> dict[str, Any]:
+    """Acceptance of one exported drafter with the project's eval: greedy (checked exact
+    against plain greedy decoding) or sampled at `temperature` (the same prompts and seed)."""
     s = smoke.sizes
     if engine == "vllm":
         if s.device != "cuda":
@@ -776,42 +837,64 @@ def evaluate(smoke: Smoke, engine: str) -> dict[str, Any]:
             )
         if importlib.util.find_spec("vllm") is None:
             raise SkipStepError(f"vLLM is not installed (uv pip install vllm=={vllm_version()})")
-    final = smoke.need("final", "export")
+    final = smoke.need(f"final{suffix(architecture)}", f"export{suffix(architecture)}")
     target = smoke.state["target-qwen3"]
-    out = smoke.dir / f"acceptance-{engine}.json"
+    label = f"{'sampled' if temperature else engine}{suffix(architecture)}"
+    greedy_builtin = engine == "builtin" and temperature == 0
+    out = smoke.dir / f"acceptance-{label}.json"
     config = {
-        "run_root": str(smoke.dir / "train"),
+        "run_root": str(smoke.dir / f"train{suffix(architecture)}"),
         "target": {"path": str(target.path), "dtype": s.dtype},
         "drafter_uri": str(final),
         "prompts": {"tokenized_uri": str(smoke.state["tokenized"]), "num_prompts": s.eval_prompts,
                     "max_prompt_tokens": s.max_seq_len // 2},
         "max_new_tokens": s.eval_tokens,
+        "temperature": temperature,
+        "seed": 0,
         "engine": "builtin" if engine == "builtin" else "vllm",
         # Greedy speculative decoding must reproduce plain greedy decoding token for token: the
         # builtin engine checks every prompt, and a mismatch fails the eval (and this step).
-        "check_greedy": engine == "builtin",
-        "require_greedy_match": engine == "builtin",
-        "update_model_card": engine == "builtin",
+        "check_greedy": greedy_builtin,
+        "require_greedy_match": greedy_builtin,
+        "update_model_card": greedy_builtin,
         "output_uri": str(out),
         "vllm": {"gpu_memory_utilization": 0.3, "max_model_len": 1024},
     }  # fmt: skip
-    path = smoke.dir / f"eval-{engine}.yaml"
+    path = smoke.dir / f"eval-{label}.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     smoke.cli(
         "dflash_trainer.eval", "--config", str(path),
-        "--termination-log", str(smoke.dir / f"eval-{engine}.result.json"),
-        log=f"eval-{engine}",
+        "--termination-log", str(smoke.dir / f"eval-{label}.result.json"),
+        log=f"eval-{label}",
     )  # fmt: skip
     report = json.loads(out.read_text())
     figures = {"acceptance_length": round(report["acceptanceLength"], 3),
-               "prompts": report["prompts"], "greedy_mismatches": report.get("greedyMismatches")}  # fmt: skip
-    if engine == "builtin" and figures["greedy_mismatches"] != 0:  # None: the check did not run
+               "prompts": report["prompts"], "greedy_mismatches": report.get("greedyMismatches"),
+               "temperature": report.get("temperature"),
+               "architecture": report.get("architecture")}  # fmt: skip
+    if report.get("architecture") != EXPORTED_ARCHITECTURE[architecture]:
+        raise StepError(f"{out}: architecture {report.get('architecture')!r}, expected "
+                        f"{EXPORTED_ARCHITECTURE[architecture]!r}", figures)  # fmt: skip
+    if greedy_builtin and figures["greedy_mismatches"] != 0:  # None: the check did not run
         raise StepError(
             f"greedy speculative decoding is not exact: {figures['greedy_mismatches']} of "
             f"{report['prompts']} prompts differ from plain greedy decoding",
             figures,
         )
     return figures
+
+
+def compare_architectures(smoke: Smoke) -> dict[str, Any]:
+    """The DFlash vs DFlash2 table from the steps above; a missing figure fails the step (and
+    the run), naming every figure that is not there."""
+    from gpu_smoke_compare import MissingFiguresError, build_comparison
+
+    try:
+        table = build_comparison(smoke.reports)
+    except MissingFiguresError as exc:
+        raise StepError(str(exc)) from None
+    return {"table": table, "dflash2": DFLASH2_SECTION or "the defaults",
+            "same": "target, data, steps, seed, block size; builtin eval, same prompts"}  # fmt: skip
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -823,17 +906,33 @@ GPU_MIN_S = {"regen": 20.0, "train": 40.0, "flex-256": 20.0, "eval": 15.0, "hybr
 
 def run_all(smoke: Smoke) -> None:
     """The figures that matter most first: training (step time, MFU, peak against the plan),
-    the flex backward at width 256, the loss at a 248K vocabulary, export, acceptance. Then the
-    monitor's head and the Gated DeltaNet target."""
+    the flex backward at width 256, the loss at a 248K vocabulary, export, the same training of
+    DFlash2, acceptance of both (greedy, T = 0.6) and their table. Then vLLM, the monitor's head
+    and the Gated DeltaNet target."""
     m = GPU_MIN_S if smoke.sizes.device == "cuda" else {}
+    two = "dflash2"
     smoke.run_step("build-qwen3", lambda: build_target(smoke, "qwen3"))
     smoke.run_step("regen-qwen3", lambda: regenerate(smoke, "qwen3"), m.get("regen", 0))
     smoke.run_step("tokenize", lambda: tokenize(smoke))
     smoke.run_step("train", lambda: train(smoke), m.get("train", 0))
     smoke.run_step("flex-256", lambda: flex_256(smoke), m.get("flex-256", 0))
     smoke.run_step("loss-vocab", lambda: loss_vocab(smoke))
+    smoke.run_step("loss-vocab-dflash2", lambda: loss_vocab(smoke, two))
     smoke.run_step("export", lambda: export(smoke))
+    smoke.run_step("train-dflash2", lambda: train(smoke, two), m.get("train", 0))
+    smoke.run_step("export-dflash2", lambda: export(smoke, two))
+    t = SAMPLED_TEMPERATURE
     smoke.run_step("eval-builtin", lambda: evaluate(smoke, "builtin"), m.get("eval", 0))
+    smoke.run_step(
+        "eval-builtin-dflash2", lambda: evaluate(smoke, "builtin", two), m.get("eval", 0)
+    )
+    smoke.run_step(
+        "eval-sampled", lambda: evaluate(smoke, "builtin", temperature=t), m.get("eval", 0)
+    )
+    smoke.run_step(
+        "eval-sampled-dflash2", lambda: evaluate(smoke, "builtin", two, t), m.get("eval", 0)
+    )
+    smoke.run_step("architectures", lambda: compare_architectures(smoke))
     smoke.run_step("eval-vllm", lambda: evaluate(smoke, "vllm"), m.get("eval", 0))
     smoke.run_step("monitor-vocab", lambda: monitor_vocab(smoke))
     smoke.run_step("build-qwen3_5", lambda: build_target(smoke, "qwen3_5"))
@@ -902,14 +1001,22 @@ def build_figures(smoke: Smoke) -> dict[str, Any]:
         "acceptance_builtin": figure(smoke, "eval-builtin", "acceptance_length"),
         "greedy_mismatches_builtin": figure(smoke, "eval-builtin", "greedy_mismatches"),
         "acceptance_vllm_dflash": figure(smoke, "eval-vllm", "acceptance_length"),
+        # DFlash2, trained and evaluated as DFlash above (the table is `architectures`).
+        "loss_dflash2_bytes_per_logit": figure(smoke, "loss-vocab-dflash2", "bytes_per_logit"),
+        "train_dflash2_step_ms": figure(smoke, "train-dflash2", "step_ms"),
+        "peak_memory_dflash2_mib": figure(smoke, "train-dflash2", "peak_memory_mib"),
+        "peak_over_plan_dflash2": figure(smoke, "train-dflash2", "peak_over_plan"),
+        "acceptance_builtin_dflash2": figure(smoke, "eval-builtin-dflash2", "acceptance_length"),
+        "acceptance_sampled": figure(smoke, "eval-sampled", "acceptance_length"),
+        "acceptance_sampled_dflash2": figure(smoke, "eval-sampled-dflash2", "acceptance_length"),
     }
 
 
 def format_table(smoke: Smoke, figures: dict[str, Any]) -> list[str]:
-    lines = [f"{'step':<15} {'status':<8} {'seconds':>8}  detail"]
+    lines = [f"{'step':<21} {'status':<8} {'seconds':>8}  detail"]
     for r in smoke.reports:
         detail = r.detail.splitlines()[0][:90] if r.detail else ""
-        lines.append(f"{r.name:<15} {r.status:<8} {r.seconds:>8.1f}  {detail}")
+        lines.append(f"{r.name:<21} {r.status:<8} {r.seconds:>8.1f}  {detail}")
     lines.append("")
     lines.append(f"{'figure':<34} value")
     for key, value in figures.items():
@@ -961,6 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
         "steps": [asdict(r) for r in smoke.reports],
         "environment": describe_environment(),
     }
+    comparison = next((r for r in smoke.reports if r.name == "architectures"), None)
+    table = comparison.figures.get("table") if comparison and comparison.status == "OK" else None
+    # The DFlash vs DFlash2 table, DFlash2 / DFlash measured in this run; None when incomplete.
+    result["architectures"] = table
     write_json(out / JSON_NAME, result)
     smoke.write_steps()
     try:
@@ -969,6 +1080,7 @@ def main(argv: list[str] | None = None) -> int:
         result["rest"] = {"error": str(exc)}
     write_json(out / JSON_NAME, result)
     print("\n".join(format_table(smoke, figures)))
+    print_comparison(comparison)
     print(
         f"total {result['seconds']}s of a {args.budget_s:.0f} s budget; JSON at {out / JSON_NAME}"
     )
@@ -977,6 +1089,19 @@ def main(argv: list[str] | None = None) -> int:
     if cut:
         print(f"cut by the budget: {', '.join(cut)}")
     return 0 if result["ok"] else 1
+
+
+def print_comparison(comparison: StepReport | None) -> None:
+    """The DFlash vs DFlash2 table, or why there is none (the run is then not ok)."""
+    from gpu_smoke_compare import format_comparison
+
+    if comparison is not None and comparison.status == "OK":
+        print("\nDFlash vs DFlash2 (same target, data, steps and seed; ratio DFlash2 / DFlash):")
+        print("\n".join(format_comparison(comparison.figures["table"])))
+        return
+    why = comparison.detail if comparison is not None else "the step did not run"
+    print(f"\nDFlash vs DFlash2 table NOT complete ({comparison.status if comparison else '-'}): "
+          f"{why}")  # fmt: skip
 
 
 def describe_environment() -> dict[str, Any]:

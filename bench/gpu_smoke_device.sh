@@ -6,7 +6,7 @@
 # gpu_smoke_rest.tar.gz (the work folder without weights).
 #   bash bench/gpu_smoke_device.sh [--dry-run] [--budget-s S]
 #     --dry-run     the CPU rehearsal of the same run (a stand-in machine, no network)
-#     --budget-s S  the run's time box (default 420: the device's command limit is 600 s)
+#     --budget-s S  the run's time box (default 480: the device's command limit is 600 s)
 # Environment: OUT (default ./gpu-smoke-out), PYTHON (default python3: the machine's own, with
 # its torch and transformers), GPU_SMOKE_KIT (default .gpu-kit).
 set -euo pipefail

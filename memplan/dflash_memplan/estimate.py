@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from dflash_memplan import dflash2
 from dflash_memplan.allocator import fragmentation_share
 from dflash_memplan.shapes import DrafterShape, TargetShape
+from dflash_memplan.terms import Phase, Term
 
 GIB = 1 << 30
 Strategy = Literal["ddp", "fsdp2"]
@@ -62,9 +64,6 @@ WORKSPACE_FIXED_BYTES = 2 * GIB
 # Bytes per element of FSDP2's reduce dtype (train.yaml distributed.reduce_dtype).
 REDUCE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Default loss chunk: about 2^28 logits per chunk (3 GiB at 12 B), in rows of 128.
-# DFlash2's selector scores every scored row of a micro-batch at once: the gathered successor
-# rows [rows, K, r] in float32 and their gradient.
-SELECTOR_BYTES_PER_CANDIDATE = 4 + 4
 LOSS_CHUNK_LOGITS = 1 << 28
 LOSS_CHUNK_ROW_MULTIPLE = 128
 
@@ -117,23 +116,6 @@ class RankSetup:
     @property
     def ddp(self) -> bool:
         return self.strategy == "ddp" and self.world_size > 1
-
-
-@dataclass(frozen=True)
-class Term:
-    """One line of the plan: what holds memory, how much, and how it was counted."""
-
-    name: str
-    bytes: int
-    detail: str
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A moment of the step and what is alive then, on top of the persistent terms."""
-
-    name: str
-    terms: tuple[Term, ...]
 
 
 @dataclass(frozen=True)
@@ -230,7 +212,12 @@ def count_layer_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int
         # CPU attention (the dense kernel): SDPA turns the boolean mask into a float32 one
         # and keeps it for backward, in every layer. GPU flex attention keeps no mask.
         layer += slots * keys * CPU_DENSE_MASK_BYTES
-    return setup.batch_size * layer
+    if drafter.dflash2 is None:
+        return setup.batch_size * layer
+    convolutions = dflash2.count_conv_activation_bytes(
+        drafter.dflash2, h, a, setup.batch_size, slots
+    )
+    return setup.batch_size * layer + convolutions
 
 
 def count_sequence_activation_bytes(drafter: DrafterShape, setup: RankSetup) -> int:
@@ -321,16 +308,21 @@ def estimate_rank_memory(
         f"{setup.anchors_per_sequence} anchors x {drafter.block_size} = {slots} draft "
         f"slots per sequence, {kept}",
     )
-    loss_term = Term(
-        "LM-head loss chunk",
-        rows * drafter.vocab_size * LOSS_BYTES_PER_LOGIT,
-        f"{rows} rows x {drafter.vocab_size} vocab x {LOSS_BYTES_PER_LOGIT} B "
-        "(float32 log-softmax, its gradient, the logits' gradient)",
-    )
+    loss_term = _loss_term(drafter, rows)
     accumulated = _accumulated_gradients(setup, params, grads)
     alive = [*accumulated, *_weight_copies(drafter, setup, params)]
-    selector = _selector_term(drafter, setup)
-    phases = [Phase("backward", (activation_term, loss_term, *selector, *alive))]
+    knobs = drafter.dflash2
+    phases = []
+    if knobs is not None:
+        # DFlash2: the selector's loss is the graph's last node, so its backward runs first,
+        # then the LM head's chunks, with the selector's gradient made.
+        top_k = dflash2.build_top_k_term(drafter, setup, knobs)
+        own = dflash2.build_selector_backward_terms(drafter, setup, knobs)
+        phases.append(Phase("selector backward", (activation_term, top_k, *own, *alive)))
+        made = dflash2.build_selector_gradient_terms(drafter, setup, knobs)
+        phases.append(Phase("backward", (activation_term, loss_term, top_k, *made, *alive)))
+    else:
+        phases.append(Phase("backward", (activation_term, loss_term, *alive)))
     if setup.activation_checkpointing:
         recomputed = Term(
             "recomputed layer",
@@ -347,23 +339,26 @@ def estimate_rank_memory(
     phases.append(Phase("optimizer step", (grads, _optimizer_temporaries(drafter, setup, local))))
     if setup.monitored:
         phases.append(_monitor_phase(target, drafter, setup, accumulated))
+    if knobs is not None:
+        verifier = dflash2.build_verifier_terms(target, drafter, setup, rows)
+        between = _between_micro_batches(drafter, setup, accumulated)
+        phases.append(Phase("verifier argmax", (*verifier, *between)))
     return MemoryEstimate(target, drafter, setup, tuple(persistent), tuple(phases))
 
 
-def _selector_term(drafter: DrafterShape, setup: RankSetup) -> list[Term]:
-    """DFlash2: the selector's `[rows, K, r]` candidates, for all scored rows at once."""
+def _loss_term(drafter: DrafterShape, rows: int) -> Term:
+    """One chunk of the LM-head loss at its backward (DFlash2's also feeds the selector)."""
     if drafter.dflash2 is None:
-        return []
-    knobs = drafter.dflash2
-    rows = setup.batch_size * setup.anchors_per_sequence * (drafter.block_size - 1)
-    return [
-        Term(
-            "selector candidates",
-            rows * knobs.selector_top_k * knobs.selector_rank * SELECTOR_BYTES_PER_CANDIDATE,
-            f"{rows} rows x top-{knobs.selector_top_k} x rank {knobs.selector_rank} x "
-            f"{SELECTOR_BYTES_PER_CANDIDATE} B (float32 codebook rows and their gradient)",
-        )
-    ]
+        per_logit, what = LOSS_BYTES_PER_LOGIT, ""
+    else:
+        per_logit = dflash2.SELECTOR_LOSS_BYTES_PER_LOGIT
+        what = ", the top-K gather's dense gradient"
+    return Term(
+        "LM-head loss chunk",
+        rows * drafter.vocab_size * per_logit,
+        f"{rows} rows x {drafter.vocab_size} vocab x {per_logit} B "
+        f"(float32 log-softmax, its gradient, the logits' gradient{what})",
+    )
 
 
 def _monitor_phase(
@@ -406,18 +401,27 @@ def _monitor_phase(
             "kept for the drafter's forward",
         ),
     ]
-    if setup.grad_accum > 1:
-        slots = count_query_slots(drafter, setup)
-        terms += [
-            *accumulated,
-            Term(
-                "previous block embeddings",
-                setup.batch_size * slots * h * tb,
-                f"the earlier micro-batch's {setup.batch_size} x {slots} draft slots, "
-                "rebound after the monitor",
-            ),
-        ]
+    terms += _between_micro_batches(drafter, setup, accumulated)
     return Phase("likelihood monitor", tuple(terms))
+
+
+def _between_micro_batches(
+    drafter: DrafterShape, setup: RankSetup, accumulated: list[Term]
+) -> list[Term]:
+    """What an earlier micro-batch leaves alive while the next one's target runs: under
+    accumulation its gradients and its block embeddings (still bound in the loop)."""
+    if setup.grad_accum == 1:
+        return []
+    slots = count_query_slots(drafter, setup)
+    return [
+        *accumulated,
+        Term(
+            "previous block embeddings",
+            setup.batch_size * slots * drafter.hidden_size * setup.target_bytes,
+            f"the earlier micro-batch's {setup.batch_size} x {slots} draft slots, "
+            "rebound after the target's forward",
+        ),
+    ]
 
 
 def _accumulated_gradients(setup: RankSetup, params: int, grads: Term) -> list[Term]:

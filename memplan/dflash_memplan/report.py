@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dflash_memplan.estimate import GIB, MemoryEstimate, Term
+from dflash_memplan.estimate import GIB, MemoryEstimate
 from dflash_memplan.fixes import Fix, Knob
+from dflash_memplan.terms import Term
 
 NAME_WIDTH = 28
 

@@ -21,10 +21,11 @@ from dflash_memplan.estimate import (
 from dflash_memplan.fixes import SPEC_FIELDS, Fix, Knob, find_fixes, spec_value
 from dflash_memplan.known import known_target_names, known_target_shape
 from dflash_memplan.report import format_fixes, format_terms_inline, gib
-from dflash_memplan.shapes import DrafterShape, TargetShape, build_drafter_shape
+from dflash_memplan.shapes import DFlash2Shape, DrafterShape, TargetShape, build_drafter_shape
 
 from dflash_operator.api.constants import Reason, Stage
 from dflash_operator.api.spec import DFlashRunSpec
+from dflash_operator.api.spec_model import DFlash2Spec, DrafterArchitecture, DrafterSpec
 from dflash_operator.api.spec_training import Strategy
 from dflash_operator.plan import outcomes
 from dflash_operator.plan.draft import Draft
@@ -58,6 +59,7 @@ def build_rank_inputs(
         target_layer_ids=(
             list(spec.drafter.target_layer_ids) if spec.drafter.target_layer_ids else None
         ),
+        dflash2=build_dflash2_shape(spec.drafter),
     )
     training = spec.training
     setup = RankSetup(
@@ -75,6 +77,20 @@ def build_rank_inputs(
         monitor_every_steps=spec.audit.likelihood.monitor_every_steps,
     )
     return drafter, setup
+
+
+def build_dflash2_shape(drafter: DrafterSpec) -> DFlash2Shape | None:
+    """DFlash2's knobs as the trainer gets them (config_map.py: the defaults when
+    `spec.drafter.dflash2` is unset); None for a DFlash drafter."""
+    if drafter.architecture is not DrafterArchitecture.DFLASH2:
+        return None
+    knobs = drafter.dflash2 or DFlash2Spec()
+    return DFlash2Shape(
+        conv_kernel_size=knobs.conv_kernel_size,
+        conv_group_size=knobs.conv_group_size,
+        selector_rank=knobs.selector_rank,
+        selector_top_k=knobs.selector_top_k,
+    )
 
 
 def check_training_memory(spec: DFlashRunSpec, placement: Placement) -> MemoryCheck | None:

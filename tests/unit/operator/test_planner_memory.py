@@ -183,3 +183,82 @@ def test_the_check_counts_the_likelihood_monitor_the_run_will_have(
     assert build_train_file(spec, "s3://b/run")["likelihood"]["every_steps"] == every
     phases = [p.name for p in estimate_rank_memory(target, drafter, setup).phases]
     assert ("likelihood monitor" in phases) is (every > 0)
+
+
+def dflash2_spec(dflash2: dict[str, Any] | None = None, **training: Any) -> dict[str, Any]:
+    """The Qwen3.6-27B run with a DFlash2 drafter of the same depth and block size."""
+    spec = qwen36_spec(**training)
+    spec["drafter"] = {**spec["drafter"], "architecture": "dflash2"}
+    if dflash2 is not None:
+        spec["drafter"]["dflash2"] = dflash2
+    return spec
+
+
+def test_the_check_plans_the_dflash2_drafter_the_trainer_will_get() -> None:
+    """The knobs the operator writes into train.yaml are the ones its plan counts; unset, the
+    trainer's defaults; a DFlash drafter has none."""
+    from dflash_memplan.known import known_target_shape
+    from dflash_memplan.shapes import DFlash2Shape
+    from dflash_operator.children.config_map import build_train_file
+    from dflash_operator.plan.memory_check import build_rank_inputs
+
+    target = known_target_shape("Qwen/Qwen3.6-27B")
+    assert target is not None
+    knobs = {"convKernelSize": 3, "convGroupSize": 32, "selectorRank": 128, "selectorTopK": 8}
+    spec = parse_spec(dflash2_spec(knobs))
+    drafter, _ = build_rank_inputs(spec, target, world_size=8)
+    written = build_train_file(spec, "s3://b/run")["drafter"]["dflash2"]
+
+    assert drafter.dflash2 == DFlash2Shape(conv_kernel_size=3, conv_group_size=32,
+                                           selector_rank=128, selector_top_k=8)  # fmt: skip
+    assert {k: written[k] for k in ("conv_kernel_size", "conv_group_size", "selector_rank",
+                                    "selector_top_k")} == drafter.dflash2.__dict__  # fmt: skip
+    default, _ = build_rank_inputs(parse_spec(dflash2_spec()), target, world_size=8)
+    assert default.dflash2 == DFlash2Shape()
+    plain, _ = build_rank_inputs(parse_spec(qwen36_spec()), target, world_size=8)
+    assert plain.dflash2 is None
+
+
+def test_a_dflash2_run_plans_its_codebooks_about_2_gib_more_than_dflash_on_one_gpu() -> None:
+    """Two [248,320, 256] codebooks with their gradients and AdamW moments, float32: 1.89 GiB
+    on a rank that holds them whole (one GPU or DDP), on top of everything else DFlash2 adds."""
+    from dflash_memplan.estimate import GIB, estimate_rank_memory
+    from dflash_memplan.known import known_target_shape
+    from dflash_operator.plan.memory_check import build_rank_inputs
+
+    target = known_target_shape("Qwen/Qwen3.6-27B")
+    assert target is not None
+    one_gpu = {"nodes": 1, "gpusPerNode": 1, "strategy": "ddp", "batchSize": 1}
+    plans = {}
+    for name, spec in (("dflash", qwen36_spec(**one_gpu)), ("dflash2", dflash2_spec(**one_gpu))):
+        drafter, setup = build_rank_inputs(parse_spec(spec), target, world_size=1)
+        plans[name] = estimate_rank_memory(target, drafter, setup)
+    codebooks = 2 * 248_320 * 256
+
+    def persistent(name: str) -> dict[str, int]:
+        return {t.name: t.bytes for t in plans[name].persistent}
+
+    extra = plans["dflash2"].drafter.count_params() - plans["dflash"].drafter.count_params()
+    assert extra > codebooks  # the codebooks, the projection and the convolutions
+    for term in ("drafter parameters", "optimizer state"):  # 4 B + 8 B per parameter
+        grown = persistent("dflash2")[term] - persistent("dflash")[term]
+        assert grown == extra * {"drafter parameters": 4, "optimizer state": 8}[term]
+    gradients = {t.name: t.bytes for t in plans["dflash2"].phase("backward").terms}
+    assert gradients["selector gradients"] == (codebooks + 256 * 5120) * 4
+    assert 1.8 < codebooks * 16 / GIB < 2.0  # weights, gradients, AdamW moments
+    assert plans["dflash2"].total_bytes - plans["dflash"].total_bytes > codebooks * 16
+
+
+def test_the_admission_check_counts_dflash2_in_what_it_reports() -> None:
+    """The shipped 8-rank FSDP2 recipe: the DFlash2 run needs more, and says so in the check's
+    message (the codebooks are sharded over the 8 ranks)."""
+    pools = pools_with_memory()
+    spec = {"activationCheckpointing": True, "batchSize": 1}
+    results = {"dflash": check(qwen36_spec(**spec), pools),
+               "dflash2": check(dflash2_spec(**spec), pools)}  # fmt: skip
+
+    needed = {}
+    for name, result in results.items():
+        assert result is not None and result.fits is True, result
+        needed[name] = float(result.message.split("training needs ")[1].split(" GiB")[0])
+    assert needed["dflash2"] > needed["dflash"]

@@ -1,8 +1,9 @@
 """The GPU smoke command runs every step on CPU with --dry-run (same steps, tiny sizes) and
 writes its figures as JSON; only vLLM's own `method: dflash` evaluation and the compiled flex
 kernel are left to the GPU. Without vLLM, regeneration falls back to the transformers engine.
-The device wrapper returns four files whatever happens, and a run boxed by its budget still
-writes its steps and its final figures (issue 29)."""
+The DFlash2 variant trains, exports and evaluates (greedy and T = 0.6) beside DFlash, and the
+table of both is in the JSON and the printout. The device wrapper returns four files whatever
+happens, and a run boxed by its budget still writes its steps and its final figures (issue 29)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,15 @@ DEVICE_SCRIPT = SCRIPT.with_name("gpu_smoke_device.sh")
 GPU_ONLY_STEPS = {"eval-vllm", "flex-256"}
 # The figures that matter most first: train, flex-256, loss-vocab, export, acceptance.
 STEPS = [
-    "build-qwen3", "regen-qwen3", "tokenize", "train", "flex-256", "loss-vocab", "export",
-    "eval-builtin", "eval-vllm", "monitor-vocab", "build-qwen3_5", "regen-qwen3_5",
-    "train-qwen3_5",
+    "build-qwen3", "regen-qwen3", "tokenize", "train", "flex-256", "loss-vocab",
+    "loss-vocab-dflash2", "export", "train-dflash2", "export-dflash2", "eval-builtin",
+    "eval-builtin-dflash2", "eval-sampled", "eval-sampled-dflash2", "architectures", "eval-vllm",
+    "monitor-vocab", "build-qwen3_5", "regen-qwen3_5", "train-qwen3_5",
 ]  # fmt: skip
 # What the device returns: the log, the steps, the final JSON and the rest as a tarball.
 OUT_FILES = {"gpu_smoke.log", "steps.json", "gpu_smoke.json", "gpu_smoke_rest.tar.gz"}
-# A backstop only: the full dry run must finish every step (about 2 min on 2 idle cores).
-DRY_RUN_BUDGET_S = 780
+# A backstop only: the full dry run must finish every step (about 4 min on 2 idle cores).
+DRY_RUN_BUDGET_S = 900
 FIGURES_OF_THE_DRY_RUN = [
     "regen_qwen3_output_tokens_per_s",
     "regen_qwen3_5_output_tokens_per_s",
@@ -42,10 +44,17 @@ FIGURES_OF_THE_DRY_RUN = [
     "train_qwen3_5_step_ms",
     "loss_bytes_per_logit",
     "monitor_bytes_per_logit",
+    "loss_dflash2_bytes_per_logit",
+    "train_dflash2_step_ms",
+    "peak_memory_dflash2_mib",
+    "peak_over_plan_dflash2",
+    "acceptance_builtin_dflash2",
+    "acceptance_sampled",
+    "acceptance_sampled_dflash2",
 ]
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1080)
 def test_the_gpu_smoke_dry_run_passes_every_step_and_writes_the_figures(tmp_path: Path) -> None:
     done = subprocess.run(
         ["bash", str(SCRIPT), "--dry-run", "--budget-s", str(DRY_RUN_BUDGET_S), "--work",
@@ -89,6 +98,27 @@ def test_the_gpu_smoke_dry_run_passes_every_step_and_writes_the_figures(tmp_path
         assert isinstance(result["figures"][key], (int, float)), (key, result["figures"])
         assert result["figures"][key] > 0, (key, result["figures"])
     assert "figure" in done.stdout and "train_step_ms" in done.stdout  # the printed table
+    # The DFlash2 variant: the same training, its own export and evals, and the table of both.
+    assert steps["train-dflash2"]["architecture"] == "dflash2"
+    assert steps["train-dflash2"]["steps"] == steps["train"]["steps"]
+    assert steps["train-dflash2"]["last_selector_loss"] is not None
+    assert steps["train"]["last_selector_loss"] is None
+    assert steps["export-dflash2"]["architectures"] == ["DFlash2DraftModel"]
+    assert steps["eval-builtin-dflash2"]["greedy_mismatches"] == 0
+    assert steps["eval-sampled-dflash2"]["temperature"] == 0.6
+    assert steps["eval-sampled-dflash2"]["architecture"] == "DFlash2DraftModel"
+    # The chunk with the selector's top-K holds the plan's 16 B per logit (within 10%).
+    chunk2 = steps["loss-vocab-dflash2"]
+    assert abs(chunk2["bytes_per_logit"] / chunk2["plan_bytes_per_logit"] - 1) <= 0.1, chunk2
+    table = result["architectures"]
+    assert set(table) == {"acceptance greedy", "acceptance T=0.6", "step time (ms)",
+                          "peak memory (MiB)"}  # fmt: skip
+    for name, row in table.items():
+        assert row["ratio"] == round(row["dflash2"] / row["dflash"], 3), name
+    assert (
+        table["acceptance greedy"]["dflash2"] == steps["eval-builtin-dflash2"]["acceptance_length"]
+    )
+    assert "DFlash vs DFlash2" in done.stdout and "| peak memory (MiB) |" in done.stdout
 
 
 def test_a_failed_step_is_reported_with_its_error_and_the_next_step_still_runs(

@@ -2,21 +2,30 @@
 optimizer steps through `run_train_step`, every live tensor is counted at the dispatcher
 (`LiveTensorMeter`), and the plan's tensor peak must be within `TOLERANCE` of the measured one.
 
-Measured when written (December 2026): 0.99-1.02 of the peak on the shapes below. CPU runs
-float32 without autocast and the dense attention kernel; the GPU path (bf16 autocast, flex
-attention, DDP/FSDP2) is the same arithmetic with 2-byte activations and no float32 mask.
+Measured when written (December 2026): 0.99-1.02 of the peak on the shapes below, DFlash2's
+(its convolutions, its selector's backward, its loss chunk) included. CPU runs float32 without
+autocast and the dense attention kernel; the GPU path (bf16 autocast, flex attention,
+DDP/FSDP2) is the same arithmetic with 2-byte activations and no float32 mask.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 import torch
-from dflash_memplan.estimate import MemoryEstimate, RankSetup, estimate_rank_memory
-from dflash_memplan.shapes import build_drafter_shape, target_shape_from_config
-from dflash_trainer.model.config import build_drafter_config
+from dflash_memplan import dflash2
+from dflash_memplan.estimate import (
+    LOSS_BYTES_PER_LOGIT,
+    MemoryEstimate,
+    RankSetup,
+    count_activation_bytes,
+    estimate_rank_memory,
+)
+from dflash_memplan.shapes import DFlash2Shape, build_drafter_shape, target_shape_from_config
+from dflash_trainer.model.config import DFlash2Settings, build_drafter_config
+from dflash_trainer.model.dflash2_drafter import DFlash2Drafter
 from dflash_trainer.model.drafter import DFlashDrafter
 from dflash_trainer.model.taps import TargetTaps
 from dflash_trainer.plan.meter import LiveTensorMeter
@@ -52,6 +61,13 @@ class Case:
     # Every step runs the likelihood monitor (the target to its last layer, its LM head on
     # every supervised position): a large vocabulary and few anchors make its chunk the peak.
     monitor: bool = False
+    # A DFlash2 drafter (the selector's rank and top-K sized to each case's term).
+    dflash2: DFlash2Shape | None = None
+
+
+def dflash2_knobs(top_k: int, rank: int) -> DFlash2Shape:
+    return DFlash2Shape(conv_kernel_size=2, conv_group_size=16, selector_rank=rank,
+                        selector_top_k=top_k)  # fmt: skip
 
 
 CASES = [
@@ -60,7 +76,17 @@ CASES = [
     Case("balanced", 64, 4096, 2, 192, 4, 256, 16, 8, 512),
     Case("checkpointed", 128, 1024, 4, 384, 2, 512, 32, 16, 8192, checkpointing=True),
     Case("monitor", 64, 16384, 1, 192, 1, 512, 4, 8, 1024, monitor=True),
-]
+    # DFlash2: the loss chunk with its top-K gather and the selector's gradients; the
+    # selector's own backward; the in-block convolutions' activations.
+    Case("dflash2-loss-chunk", 128, 8192, 2, 256, 1, 256, 16, 16, 1024,
+         dflash2=dflash2_knobs(16, 64)),
+    Case("dflash2-selector", 64, 1024, 1, 192, 2, 256, 32, 8, 512,
+         dflash2=dflash2_knobs(64, 256)),
+    Case("dflash2-convolutions", 128, 1024, 4, 384, 2, 512, 32, 16, 8192,
+         dflash2=dflash2_knobs(8, 16)),
+]  # fmt: skip
+# The phase each DFlash2 case's term makes the peak.
+DFLASH2_PEAK = {"dflash2-selector": "selector backward"}
 
 
 def target_config(case: Case) -> dict[str, object]:
@@ -82,16 +108,22 @@ def measure_peak(case: Case) -> int:
     torch.manual_seed(0)
     target = build_tiny_target(target_config(case))
     mask_id = case.vocab - 1
+    knobs = case.dflash2
     cfg = build_drafter_config(
-        target.config, num_layers=case.layers, block_size=case.block, mask_token_id=mask_id
-    )
-    drafter = DFlashDrafter(cfg, checkpoint_layers=case.checkpointing)
+        target.config, num_layers=case.layers, block_size=case.block, mask_token_id=mask_id,
+        dflash2=None if knobs is None else DFlash2Settings(
+            conv_kernel_size=knobs.conv_kernel_size, conv_group_size=knobs.conv_group_size,
+            selector_rank=knobs.selector_rank, selector_top_k=knobs.selector_top_k),
+    )  # fmt: skip
+    model = DFlashDrafter if knobs is None else DFlash2Drafter
+    drafter = model(cfg, checkpoint_layers=case.checkpointing)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     settings = ObjectiveSettings(
         block_size=case.block, mask_token_id=mask_id, gamma=7.0,
         anchors_per_sequence=case.anchors, max_seq_len=case.seq,
         loss_chunk_tokens=case.chunk, backend="dense", chunk_queries=256, seed=0,
+        selector_loss_weight=None if knobs is None else 1.0,
     )  # fmt: skip
     ids = torch.randint(
         0, mask_id, (case.batch, case.seq), generator=torch.Generator().manual_seed(0)
@@ -124,7 +156,9 @@ def measure_peak(case: Case) -> int:
 def plan_for(case: Case, monitor: bool | None = None) -> MemoryEstimate:
     """The plan for the case's shapes (with the monitor when the case runs it)."""
     target = target_shape_from_config(target_config(case))
-    drafter = build_drafter_shape(target, num_layers=case.layers, block_size=case.block)
+    drafter = build_drafter_shape(
+        target, num_layers=case.layers, block_size=case.block, dflash2=case.dflash2
+    )
     setup = RankSetup(
         batch_size=case.batch, max_seq_len=case.seq, anchors_per_sequence=case.anchors,
         loss_chunk_tokens=case.chunk, device="cpu", target_bytes=4,
@@ -135,10 +169,21 @@ def plan_for(case: Case, monitor: bool | None = None) -> MemoryEstimate:
 
 
 def without_the_tested_term(case: Case, estimate: MemoryEstimate) -> int:
-    """The plan's tensor peak without what the case is about: the monitor's phase, or the
-    activations."""
+    """The plan's tensor peak without what the case is about: the monitor's phase, DFlash2's
+    additions to its peak phase, or the activations."""
     if case.monitor:
         return plan_for(case, monitor=False).tensor_bytes
+    terms = {t.name: t.bytes for t in estimate.peak_terms}
+    if case.name == "dflash2-loss-chunk":  # DFlash's 12 B per logit, no selector gradient
+        extra = dflash2.SELECTOR_LOSS_BYTES_PER_LOGIT - LOSS_BYTES_PER_LOGIT
+        chunk = terms["LM-head loss chunk"] * extra // dflash2.SELECTOR_LOSS_BYTES_PER_LOGIT
+        return estimate.tensor_bytes - chunk - terms["selector gradients"]
+    if case.name == "dflash2-selector":
+        return estimate.tensor_bytes - terms["selector candidates"]
+    if case.dflash2 is not None:  # the convolutions' activations
+        plain = replace(estimate.drafter, dflash2=None)
+        convolutions = count_activation_bytes(estimate.drafter, estimate.setup)
+        return estimate.tensor_bytes - convolutions + count_activation_bytes(plain, estimate.setup)
     kept = ("activations", "recomputed layer")
     return estimate.tensor_bytes - sum(t.bytes for t in estimate.peak_terms if t.name in kept)
 
@@ -154,6 +199,8 @@ def test_the_plan_matches_the_measured_peak(case: Case) -> None:
           f"measured {measured / 2**20:.2f} MiB, ratio {ratio:.3f}")  # fmt: skip
     assert abs(ratio - 1) <= TOLERANCE, (estimated, measured)
     assert (estimate.peak_phase == "likelihood monitor") is case.monitor
+    if case.dflash2 is not None:
+        assert estimate.peak_phase == DFLASH2_PEAK.get(case.name, "backward")
     # The check has teeth: without the case's term the plan falls outside the tolerance.
     assert abs(without_the_tested_term(case, estimate) / measured - 1) > TOLERANCE
 
@@ -205,7 +252,6 @@ def test_a_loss_chunks_backward_holds_the_plans_bytes_per_logit(autocast: bool) 
     one chunk's backward over what was alive before it, per logit of the chunk."""
     import contextlib
 
-    from dflash_memplan.estimate import LOSS_BYTES_PER_LOGIT
     from dflash_trainer.train.loss import build_block_loss
 
     torch.manual_seed(0)

@@ -183,6 +183,8 @@ def run_train_step(
                 observe(mb, final_hidden)
             if isinstance(selector, CandidateSelector):
                 selector_term = build_selector_term(selector, mb, final_hidden, lm_weight, settings)
+            # Freed before the drafter runs: the memory plan counts it only until here.
+            del final_hidden
         block_embeds = target.embed(mb.draft.block_ids)
         _sync(device)
         middle = time.perf_counter()
