@@ -46,6 +46,27 @@ STAGE_JOBS = ("audit-canary", "audit-completions", "audit-tokens", "canary", "ev
               "tokenize")  # fmt: skip
 
 
+def rank_order(pods: list[dict[str, Any]], child: str) -> list[str]:
+    """The names of a training child's pods (TrainJob or PyTorchJob) by rank: rank 0 first (a
+    TrainJob's completion index 0, a PyTorchJob's Master); the newest first within a rank (a
+    child re-created under its name)."""
+    ranked = []
+    for pod in pods:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        if labels.get(JOBSET_NAME) == child:
+            rank = int(labels.get(COMPLETION_INDEX, "0"))
+        elif labels.get(PYTORCHJOB_NAME) == child:
+            master = labels.get(REPLICA_TYPE) == "master"
+            rank = 0 if master else 1 + int(labels.get(REPLICA_INDEX, "0"))
+        else:
+            continue
+        ranked.append((rank, meta.get("creationTimestamp") or "", meta["name"]))
+    ranked.sort(key=lambda item: item[1], reverse=True)  # newest first (RFC 3339 sorts)
+    ranked.sort(key=lambda item: item[0])  # stable: by rank, newest first within one
+    return [name for _rank, _created, name in ranked]
+
+
 @dataclass
 class DemoHarness:
     """One test's world: namespaces, a bucket with the demo's assets, operators, runs."""
@@ -179,24 +200,8 @@ class DemoHarness:
         return self.children(TRAINING_KINDS[self.launcher], namespace)
 
     def rank_pods(self, child: str, namespace: str | None = None) -> list[str]:
-        """The pods of a training child (TrainJob or PyTorchJob), by rank: rank 0 first (a
-        TrainJob's completion index 0, a PyTorchJob's Master); the newest first within a rank
-        (a child re-created under its name)."""
-        ranked = []
-        for pod in self.pods(namespace):
-            meta = pod["metadata"]
-            labels = meta.get("labels") or {}
-            if labels.get(JOBSET_NAME) == child:
-                rank = int(labels.get(COMPLETION_INDEX, "0"))
-            elif labels.get(PYTORCHJOB_NAME) == child:
-                master = labels.get(REPLICA_TYPE) == "master"
-                rank = 0 if master else 1 + int(labels.get(REPLICA_INDEX, "0"))
-            else:
-                continue
-            ranked.append((rank, meta.get("creationTimestamp") or "", meta["name"]))
-        ranked.sort(key=lambda item: item[1], reverse=True)  # newest first (RFC 3339 sorts)
-        ranked.sort(key=lambda item: item[0])  # stable: by rank, newest first within one
-        return [name for _rank, _created, name in ranked]
+        """The pods of a training child, rank 0 first (`rank_order`)."""
+        return rank_order(self.pods(namespace), child)
 
     def describe(self, name: str, namespace: str | None = None) -> str:
         ns = namespace or self.namespace
