@@ -30,18 +30,25 @@ venv: uv ## create .venv from uv.lock (exact pins; torch is cached by uv after t
 # Both training backends: Kubeflow Trainer v2 (trainer: its controller and JobSet's) and the
 # training-operator v1.
 CLUSTER_BINARIES := etcd kube kwok helm trainer training-operator kueue
+# The demo's run trains as a TrainJob: its cluster serves Trainer v2 only (cluster.py starts the
+# backends whose binaries are built), so a cold first `make demo` skips the training-operator.
+DEMO_BINARIES := etcd kube kwok helm trainer kueue
 BUILD_BINARIES = bash hack/build-binaries.sh --for "make $(or $(MAKECMDGOALS),$@)"
 LINK_TOOLS = mkdir -p .local/bin && . hack/versions.env && cache="$${DFLASH_CACHE:-$$HOME/.cache/dflash}" && \
 	ln -sf "$$cache/bin/kubectl-$$KUBERNETES_VERSION" .local/bin/kubectl && \
 	ln -sf "$$cache/bin/helm-$$HELM_VERSION" .local/bin/helm
 
-.PHONY: binaries cluster-binaries actionlint promtool argocd
+.PHONY: binaries cluster-binaries demo-binaries actionlint promtool argocd
 binaries: ## build every binary: the control plane's and the test tools (actionlint, promtool, Argo CD)
 	@$(BUILD_BINARIES) $(CLUSTER_BINARIES) actionlint promtool argocd
 	@$(LINK_TOOLS)
 
-cluster-binaries: ## build only the control plane's binaries (what the demo and the cluster use)
+cluster-binaries: ## build only the control plane's binaries, both training backends (what the cluster and the tests use)
 	@$(BUILD_BINARIES) $(CLUSTER_BINARIES)
+	@$(LINK_TOOLS)
+
+demo-binaries: ## build only what make demo uses: the control plane with Kubeflow Trainer v2, no training-operator
+	@$(BUILD_BINARIES) $(DEMO_BINARIES)
 	@$(LINK_TOOLS)
 
 actionlint: ## build actionlint (the workflow linter of the unit tests)
@@ -153,11 +160,11 @@ FROM_IMAGES ?=
 DEMO_IMAGE_ARGS = $(if $(FROM_IMAGES),--from-images --image-registry=$(IMAGE_REGISTRY) --image-tag=$(IMAGE_TAG))
 
 .PHONY: demo
-demo: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
+demo: venv demo-binaries $(if $(FROM_IMAGES),images) ## the first impression: a whole DFlashRun end to end on the local control plane (docs/demo.md); FROM_IMAGES=1 from the images
 	@$(PY) -m dflash_dev.demo run $(DEMO_IMAGE_ARGS) $(if $(DRAFTER),--drafter=$(DRAFTER))
 
 .PHONY: demo-broken-data
-demo-broken-data: venv cluster-binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate
+demo-broken-data: venv demo-binaries $(if $(FROM_IMAGES),images) ## the incident replayed: an 87%-stub dataset stops at the completions gate
 	@$(PY) -m dflash_dev.demo run --broken-data $(DEMO_IMAGE_ARGS)
 
 .PHONY: demo-down

@@ -8,7 +8,9 @@ same spec measured in the same session (RATIO = interrupted / uninterrupted trai
 `demo` runs the demo's own entry point (python -m dflash_dev.demo) in DIR (default: a fresh
 folder, so the control plane, S3, executor and operator start there; `--cold` also rebuilds the
 tiny target) and stops everything it started at the end. `resume` runs examples/tiny-cpu.yaml
-twice in a throw-away namespace of DIR's demo environment (started if needed).
+twice in a throw-away namespace of DIR's demo environment (started if needed), with the demo's
+training backend (a TrainJob: the kill fails it and attempt 2 resumes; `DFLASH_DEFAULT_LAUNCHER=
+pytorchjob` for the PyTorchJob's in-place restart), killing rank 0.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ def _run_and_time(
     admin: Path, namespace: str, run: dict[str, Any], kill_at: float | None, executor_state: Path
 ) -> dict[str, Any]:
     from dflash_dev.demo import manifest
+    from dflash_dev.demo.harness import rank_order
     from dflash_dev.demo.live import Timeline
     from dflash_dev.executor.process import kill_pod
+    from dflash_dev.operator_local import kubectl
 
     name = run["metadata"]["name"]
     manifest.apply_run(admin, namespace, run)
@@ -101,7 +105,8 @@ def _run_and_time(
             and checkpoint
             and training.get("step", 0) >= kill_at * total
         ):
-            kill_pod(namespace, f"{name}-train-master-0", executor_state)
+            pods = json.loads(kubectl(admin, "get", "pods", "-n", namespace, "-o", "json"))
+            kill_pod(namespace, rank_order(pods["items"], f"{name}-train")[0], executor_state)
             killed = {"step": training["step"], "checkpoint": checkpoint["step"], "total": total}
         time.sleep(0.5)
     timeline.ended = time.monotonic()

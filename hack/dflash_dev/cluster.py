@@ -31,8 +31,9 @@ from .paths import state_root
 from .ports import free_ports
 
 # The training backends a cluster can serve: Kubeflow Trainer v2 (TrainJob, with the JobSet
-# controller) and the training-operator v1 (PyTorchJob). Both by default; a test or a developer
-# picks one with DFLASH_CLUSTER_BACKENDS=trainer (or =training-operator), or up(backends=...).
+# controller) and the training-operator v1 (PyTorchJob). By default those whose binaries are
+# built (`default_backends`); a test or a developer picks one with
+# DFLASH_CLUSTER_BACKENDS=trainer (or =training-operator), or up(backends=...).
 TRAINER = "trainer"
 TRAINING_OPERATOR = "training-operator"
 ALL_BACKENDS = (TRAINER, TRAINING_OPERATOR)
@@ -46,6 +47,11 @@ BASE_COMPONENTS = (
     "kwok",
 )
 BACKEND_COMPONENTS = {TRAINER: ("jobset", "trainer"), TRAINING_OPERATOR: ("training-operator",)}
+# The cached binaries each backend runs (binaries.py names).
+BACKEND_BINARIES = {
+    TRAINER: ("jobset", "trainer-controller-manager"),
+    TRAINING_OPERATOR: ("training-operator",),
+}
 # Every component any layout runs (down() stops whichever are running).
 COMPONENTS = (*BASE_COMPONENTS, "jobset", "trainer", "training-operator", "kueue")
 CLIENTS = {
@@ -76,22 +82,35 @@ class ClusterInfo:
     backends: list[str] = field(default_factory=lambda: list(ALL_BACKENDS))
 
 
+def default_backends() -> tuple[str, ...]:
+    """The backends whose binaries are built, or both when neither is (they are built then).
+    `make demo` builds only Trainer v2's (its run trains as a TrainJob), so its cluster starts
+    without the training-operator; `make cluster-up`, `make test*` build both and serve both."""
+    built = tuple(
+        backend
+        for backend in ALL_BACKENDS
+        if all(binaries.cached_path(name).exists() for name in BACKEND_BINARIES[backend])
+    )
+    return built or ALL_BACKENDS
+
+
 def requested_backends(value: str | Iterable[str] | None = None) -> tuple[str, ...]:
     """The backends to serve: `value` (a comma-separated string or names), else
-    $DFLASH_CLUSTER_BACKENDS, else both. Unknown names are refused, naming what is accepted."""
+    $DFLASH_CLUSTER_BACKENDS, else `default_backends()`. Unknown names are refused, naming what
+    is accepted."""
     if value is None:
         value = os.environ.get(BACKENDS_ENV, "")
     source = f"{BACKENDS_ENV}={value!r}" if isinstance(value, str) else f"backends={value!r}"
     raw = value.split(",") if isinstance(value, str) else list(value)
     names = {name.strip() for name in raw if name.strip()}
     if not names:
-        return ALL_BACKENDS
+        return default_backends()
     unknown = sorted(names - set(ALL_BACKENDS))
     if unknown:
         raise DevError(
             f"{source}: unknown training backend {', '.join(unknown)}; accepted: "
             f"{TRAINER} (Kubeflow Trainer v2 with JobSet), {TRAINING_OPERATOR} (training-operator "
-            "v1), or both, comma-separated (the default)"
+            "v1), or both, comma-separated (the default where both are built)"
         )
     return tuple(name for name in ALL_BACKENDS if name in names)
 
@@ -197,10 +216,8 @@ def up(backends: str | Iterable[str] | None = None) -> ClusterInfo:
     with_trainer, with_v1 = TRAINER in chosen, TRAINING_OPERATOR in chosen
     wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"]
     wanted += ["kwok", "kueue"]
-    if with_trainer:
-        wanted += ["jobset", "trainer-controller-manager"]
-    if with_v1:
-        wanted += ["training-operator"]
+    for backend in chosen:
+        wanted += BACKEND_BINARIES[backend]
     paths = binaries.ensure_built(wanted)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)

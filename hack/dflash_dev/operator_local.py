@@ -1,6 +1,7 @@
 """Run the DFlash operator as a local process against the local control plane, with the Helm
-chart's RBAC (never cluster-admin): render the chart, apply the CRD, the RBAC and the pools
-ConfigMap, mint a token for the chart's ServiceAccount, write a kubeconfig with it.
+chart's RBAC (never cluster-admin): render the chart, apply the CRD, the RBAC, the pools
+ConfigMap and (where Trainer v2 is served) the ClusterTrainingRuntime, mint a token for the
+chart's ServiceAccount, write a kubeconfig with it.
 
 `make operator` runs `python -m dflash_dev.operator_local` (foreground); the operator's
 integration tests and benchmarks use `install()` and `OperatorProcess`.
@@ -47,13 +48,29 @@ READY_TIMEOUT_SECONDS = 60.0
 FIELD_MANAGER = "dflash-dev"
 
 
+# The operator's settings for the chart's ClusterTrainingRuntime, installed by `install()`
+# where the cluster serves Kubeflow Trainer v2 (the chart's own template, rendered as Helm would
+# there). Under a name of its own: a `helm install` of the chart on the same cluster (the chart
+# tests) ships the default name and would refuse to adopt an object it does not own;
+# training.runtime.name exists for a second install on one cluster.
+LOCAL_RUNTIME = "dflash-local-torch-distributed"
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+RUNTIME_API = f"{TRAINER_API}/ClusterTrainingRuntime"
+
+
 def local_launcher() -> str:
     """The training backend of runs that set none, for an operator on the local cluster: the
-    PyTorchJob path (`DFLASH_DEFAULT_LAUNCHER` overrides it). The local cluster serves both
-    backends, and the chart's `auto` would pick TrainJob there; the process executor has not yet
-    run a TrainJob's pods end to end (issue 30), so the demo and the e2e tests stay on the
-    proven path until it has."""
-    return os.environ.get("DFLASH_DEFAULT_LAUNCHER", "pytorchjob")
+    chart's default, `auto` (`DFLASH_DEFAULT_LAUNCHER` overrides it). The local cluster serves
+    Kubeflow Trainer v2 (and the training-operator where it is built), so auto picks TrainJob
+    there, as `make demo` shows; a cluster started with only the training-operator
+    (DFLASH_CLUSTER_BACKENDS=training-operator) picks PyTorchJob. Tests name theirs."""
+    return os.environ.get("DFLASH_DEFAULT_LAUNCHER", "auto")
+
+
+def local_settings() -> dict[str, str]:
+    """The training settings of an operator on the local cluster: its default launcher and the
+    runtime `install()` installs (what the chart's Deployment would set)."""
+    return {"DFLASH_DEFAULT_LAUNCHER": local_launcher(), "DFLASH_TRAINING_RUNTIME": LOCAL_RUNTIME}
 
 
 def _run(argv: list[str], input: str | None = None) -> str:
@@ -134,11 +151,32 @@ def install(admin_kubeconfig: Path, *helm_args: str) -> list[dict[str, Any]]:
         input=namespace,
     )
     manifests = [doc for doc in render_chart(*helm_args) if doc["kind"] in RBAC_KINDS]
+    runtime = chart_runtime(*helm_args) if serves_trainer_v2(admin_kubeconfig) else None
+    if runtime is not None:
+        manifests.append(runtime)
     kubectl(
         admin_kubeconfig, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", "-",
         input=yaml.safe_dump_all(manifests),
     )  # fmt: skip
     return manifests
+
+
+def serves_trainer_v2(admin_kubeconfig: Path) -> bool:
+    """Whether the API server serves Kubeflow Trainer v2 (what the operator's `auto` asks)."""
+    try:
+        kubectl(admin_kubeconfig, "get", "--raw", f"/apis/{TRAINER_API}")
+    except RuntimeError:
+        return False
+    return True
+
+
+def chart_runtime(*helm_args: str) -> dict[str, Any] | None:
+    """The chart's ClusterTrainingRuntime as Helm renders it on a cluster serving Trainer v2
+    (named LOCAL_RUNTIME); None when the values switch it off (training.runtime.enabled)."""
+    docs = render_chart(
+        "--api-versions", RUNTIME_API, *helm_args, "--set", f"training.runtime.name={LOCAL_RUNTIME}"
+    )
+    return next((doc for doc in docs if doc["kind"] == "ClusterTrainingRuntime"), None)
 
 
 def token_kubeconfig(
@@ -213,7 +251,7 @@ class OperatorProcess:
             "DFLASH_BIND_ADDRESS": "127.0.0.1",
             "DFLASH_RESYNC_SECONDS": str(self.resync_seconds),
             "DFLASH_LOG_FORMAT": "text",
-            "DFLASH_DEFAULT_LAUNCHER": local_launcher(),
+            **local_settings(),
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -353,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "DFLASH_NAMESPACES": ",".join(args.namespace),
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
-        "DFLASH_DEFAULT_LAUNCHER": local_launcher(),
+        **local_settings(),
     }
     python = str(venv_bin() / "python")
     # Replace this process: Ctrl-C and signals go straight to the operator.

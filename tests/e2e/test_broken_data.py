@@ -70,7 +70,7 @@ def test_an_87_percent_stub_source_stops_at_the_canary_then_at_the_completions_g
     assert gate["verdict"] == "fail"
     assert {v["check"]: v for v in gate["violations"]}["stub_rate"]["sources"] == ["openorca"]
     assert "broken-regen" in harness.children("jobs")
-    assert harness.children("pytorchjobs") == []
+    assert harness.training_children() == []
     assert status["stages"]["regeneration"]["samples"] == 3 * PER_SOURCE
 
     # Approved too, it goes on: tokenization runs and the tokens gate judges the data.

@@ -1,6 +1,7 @@
 """The demo's run, at test size: every phase for real (the canary, regeneration with the
-transformers engine, the gates, tokenization, a 2-pod PyTorchJob with checkpoints in S3, export, evaluation), and
-the drafter it exports drafts exactly what the target generates."""
+transformers engine, the gates, tokenization, a 2-node TrainJob (Kubeflow Trainer v2 on JobSet,
+torchrun in each pod) with checkpoints in S3, export, evaluation), and the drafter it exports
+drafts exactly what the target generates."""
 
 from __future__ import annotations
 
@@ -74,16 +75,21 @@ def test_the_demo_run_succeeds_and_its_drafter_decodes_exactly_like_the_target(
 
     # One child per stage, each pod on this session's executor nodes.
     assert harness.children("jobs") == [f"demo-{stage}" for stage in STAGE_JOBS]
-    assert harness.children("pytorchjobs") == ["demo-train"]
+    assert status["launcher"] == "trainjob"
+    assert harness.children("trainjobs") == ["demo-train"]
+    assert harness.children("pytorchjobs") == []
     nodes = {pod["spec"]["nodeName"] for pod in harness.pods()}
     assert nodes <= set(harness.executor.nodes)
-    # Training ran as 2 pods (the Worker may be cleaned up once the Master is done: the logs stay).
-    job = get_json(harness.cluster, "pytorchjob", "demo-train", "-n", harness.namespace)
-    replicas = {k: v["replicas"] for k, v in job["spec"]["pytorchReplicaSpecs"].items()}
-    assert replicas == {"Master": 1, "Worker": 1}
-    for pod in ("demo-train-master-0", "demo-train-worker-0"):
+    # Training ran as 2 JobSet pods, each torchrun (the runtime sets no command: the args are
+    # the command line) with the Trainer's PET_* rendezvous on rank 0's pod DNS name.
+    job = get_json(harness.cluster, "trainjob", "demo-train", "-n", harness.namespace)
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    ranks = harness.rank_pods("demo-train")
+    assert len(ranks) == 2, ranks
+    for pod in ranks:
         log = harness.executor.logs(harness.namespace, pod)
-        assert "dflash_trainer.train" in log and "Loading weights" in log, log[-2000:]
+        assert "-m torch.distributed.run --module dflash_trainer.train" in log, log[:2000]
+        assert "Loading weights" in log, log[-2000:]
 
     # The status tells the whole story.
     assert status["audit"]["canary"]["verdict"] == "pass"

@@ -1,5 +1,6 @@
 """Two runs of the same name at once, in two namespaces, under one operator: each gets its own
-children, its own S3 root and its own training rendezvous, and both succeed."""
+children, its own S3 root and its own training rendezvous (two TrainJobs whose rank 0 has the
+same pod DNS name in two namespaces), and both succeed."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_two_runs_of_one_name_in_two_namespaces_run_at_once_without_touching_eac
 
     for namespace, status in statuses.items():
         assert harness.children("jobs", namespace) == [f"twin-{stage}" for stage in STAGE_JOBS]
-        assert harness.children("pytorchjobs", namespace) == ["twin-train"]
+        assert harness.training_children(namespace) == ["twin-train"]
         uid = harness.run("twin", namespace)["metadata"]["uid"]
         assert status["drafterUri"] == f"s3://{harness.bucket}/dflash/{namespace}/twin/{uid}/final"
         assert status["stages"]["regeneration"]["samples"] == 4 * 16

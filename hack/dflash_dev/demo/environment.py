@@ -127,8 +127,10 @@ def running_operator(
         info = json.loads(_operator_info().read_text())
     except (OSError, ValueError):
         return None
-    if info.get("namespaces") != list(namespaces) or info.get("image") != from_image:
-        # Started for other namespaces (or cluster-wide, by an older demo): replace it.
+    started_as = (info.get("namespaces"), info.get("image"), info.get("settings"))
+    if started_as != (list(namespaces), from_image, operator_local.local_settings()):
+        # Started for other namespaces, image or training settings (or cluster-wide, or on the
+        # PyTorchJob path, by an older demo): replace it.
         stop_operator()
         return None
     return OperatorHandle(tracked.pid, tracked.log, str(info["health_url"]))
@@ -179,7 +181,7 @@ def ensure_operator(
         "DFLASH_BIND_ADDRESS": "127.0.0.1",
         "DFLASH_LOG_FORMAT": "text",
         "DFLASH_NAMESPACES": ",".join(namespaces),
-        "DFLASH_DEFAULT_LAUNCHER": operator_local.local_launcher(),
+        **operator_local.local_settings(),
     }
     if from_image is not None:
         engine = detect_engine()
@@ -195,7 +197,12 @@ def ensure_operator(
         }
     tracked = procs.start(workdir, OPERATOR, argv, env=env)
     handle = OperatorHandle(tracked.pid, tracked.log, f"http://127.0.0.1:{health_port}/healthz")
-    info = {"health_url": handle.health_url, "namespaces": list(namespaces), "image": from_image}
+    info = {
+        "health_url": handle.health_url,
+        "namespaces": list(namespaces),
+        "image": from_image,
+        "settings": operator_local.local_settings(),
+    }
     _operator_info().write_text(json.dumps(info))
     _wait_healthy(handle)
     return handle

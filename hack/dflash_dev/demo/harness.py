@@ -1,6 +1,7 @@
 """A small-size demo world for e2e tests and benchmarks: namespaces with the S3 Secret, a bucket
-with the demo's assets, operator processes (chart RBAC, cpu pool on one executor's nodes), runs
-of the demo's DFlashRun at test size, and waits that fail with the run's whole story."""
+with the demo's assets, operator processes (chart RBAC, cpu pool on one executor's nodes,
+training as a TrainJob unless a test asks for the legacy PyTorchJob), runs of the demo's
+DFlashRun at test size, and waits that fail with the run's whole story."""
 
 from __future__ import annotations
 
@@ -28,9 +29,42 @@ SMALL_SPEC: dict[str, Any] = {
     "ttlSecondsAfterFinished": None,  # keep the children: tests count them
 }
 MANAGED = "app.kubernetes.io/managed-by=dflash-operator"
+# The training backends (spec.training.launcher) and their child kinds. The harness's operators
+# default to TrainJob, as `make demo` trains; a test of the legacy path asks for PyTorchJob.
+TRAINJOB = "trainjob"
+PYTORCHJOB = "pytorchjob"
+TRAINING_KINDS = {TRAINJOB: "trainjobs", PYTORCHJOB: "pytorchjobs"}
+# The labels that find a training child's pods and their rank: a TrainJob's JobSet pods by
+# their Job completion index, a PyTorchJob's by replica type and index.
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+PYTORCHJOB_NAME = "training.kubeflow.org/job-name"
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
 # The Jobs a run at test size creates, one per stage (sorted as `children` lists them).
 STAGE_JOBS = ("audit-canary", "audit-completions", "audit-tokens", "canary", "eval", "regen",
               "tokenize")  # fmt: skip
+
+
+def rank_order(pods: list[dict[str, Any]], child: str) -> list[str]:
+    """The names of a training child's pods (TrainJob or PyTorchJob) by rank: rank 0 first (a
+    TrainJob's completion index 0, a PyTorchJob's Master); the newest first within a rank (a
+    child re-created under its name)."""
+    ranked = []
+    for pod in pods:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        if labels.get(JOBSET_NAME) == child:
+            rank = int(labels.get(COMPLETION_INDEX, "0"))
+        elif labels.get(PYTORCHJOB_NAME) == child:
+            master = labels.get(REPLICA_TYPE) == "master"
+            rank = 0 if master else 1 + int(labels.get(REPLICA_INDEX, "0"))
+        else:
+            continue
+        ranked.append((rank, meta.get("creationTimestamp") or "", meta["name"]))
+    ranked.sort(key=lambda item: item[1], reverse=True)  # newest first (RFC 3339 sorts)
+    ranked.sort(key=lambda item: item[0])  # stable: by rank, newest first within one
+    return [name for _rank, _created, name in ranked]
 
 
 @dataclass
@@ -46,6 +80,7 @@ class DemoHarness:
     bucket: str
     target: Path
     operators: list[operator_local.OperatorProcess] = field(default_factory=list)
+    launcher: str = TRAINJOB  # DFLASH_DEFAULT_LAUNCHER of its operators
 
     # --- setup ------------------------------------------------------------------------------------
     def prepare_namespace(self, namespace: str) -> None:
@@ -65,8 +100,9 @@ class DemoHarness:
         env: dict[str, str] | None = None,
     ) -> operator_local.OperatorProcess:
         """The operator, its `cpu` pool on this test's executor (`pool_env` over the pool's env,
-        e.g. HF_ENDPOINT); from the operator `image` when given (image mode), with `env` over
-        its settings (e.g. DFLASH_REGEN_IMAGE)."""
+        e.g. HF_ENDPOINT), runs that set no launcher trained by the harness's `launcher`; from
+        the operator `image` when given (image mode), with `env` over its settings (e.g.
+        DFLASH_REGEN_IMAGE)."""
         pools = environment.write_pools_file(
             environment.executor_pool_values(self.executor.instance, pool_env),
             self.workdir / "pools.yaml",
@@ -78,7 +114,7 @@ class DemoHarness:
             namespaces=namespaces or (self.namespace,),
             resync_seconds=10,
             image=image,
-            env=dict(env or {}),
+            env={"DFLASH_DEFAULT_LAUNCHER": self.launcher, **(env or {})},
         ).start()
         self.operators.append(process)
         return process.wait_ready()
@@ -158,6 +194,14 @@ class DemoHarness:
             "items"
         ]
         return sorted(item["metadata"]["name"] for item in items)
+
+    def training_children(self, namespace: str | None = None) -> list[str]:
+        """The names of the training children of the harness's launcher."""
+        return self.children(TRAINING_KINDS[self.launcher], namespace)
+
+    def rank_pods(self, child: str, namespace: str | None = None) -> list[str]:
+        """The pods of a training child, rank 0 first (`rank_order`)."""
+        return rank_order(self.pods(namespace), child)
 
     def describe(self, name: str, namespace: str | None = None) -> str:
         ns = namespace or self.namespace

@@ -1,15 +1,28 @@
-"""Which training backends the local cluster serves: both by default, one when named, and a
-clear refusal of an unknown name (DFLASH_CLUSTER_BACKENDS or up(backends=...))."""
+"""Which training backends the local cluster serves: by default those whose binaries are built
+(both after `make cluster-binaries`, Trainer v2 alone after `make demo`'s build), one when named,
+and a clear refusal of an unknown name (DFLASH_CLUSTER_BACKENDS or up(backends=...))."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from dflash_dev import cluster, kueue
 from dflash_dev.errors import DevError
 
 
-def test_both_backends_by_default_and_one_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> None:
+    """A build cache holding only these binaries."""
+    for name in names:
+        (tmp_path / name).touch()
+    monkeypatch.setattr(cluster.binaries, "cached_path", lambda name: tmp_path / name)
+
+
+def test_both_backends_by_default_and_one_when_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(cluster.BACKENDS_ENV, raising=False)
+    built(monkeypatch, tmp_path, "jobset", "trainer-controller-manager", "training-operator")
     assert cluster.requested_backends() == ("trainer", "training-operator")
     monkeypatch.setenv(cluster.BACKENDS_ENV, " training-operator ")
     assert cluster.requested_backends() == ("training-operator",)
@@ -18,6 +31,25 @@ def test_both_backends_by_default_and_one_when_named(monkeypatch: pytest.MonkeyP
         "training-operator",
     )
     assert cluster.requested_backends(["trainer"]) == ("trainer",)
+
+
+@pytest.mark.parametrize(
+    ("binaries", "expected"),
+    [
+        # `make demo` builds Trainer v2's binaries only: its cluster has no training-operator.
+        (("jobset", "trainer-controller-manager"), ("trainer",)),
+        (("training-operator",), ("training-operator",)),
+        (("jobset", "training-operator"), ("training-operator",)),  # the trainer half-built
+        ((), ("trainer", "training-operator")),  # nothing built yet: both are built then
+    ],
+)
+def test_by_default_the_cluster_serves_the_backends_whose_binaries_are_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, binaries: tuple[str, ...],
+    expected: tuple[str, ...],
+) -> None:  # fmt: skip
+    monkeypatch.delenv(cluster.BACKENDS_ENV, raising=False)
+    built(monkeypatch, tmp_path, *binaries)
+    assert cluster.requested_backends() == expected
 
 
 @pytest.mark.parametrize("value", ["trainer,kubelet", "v2"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dflash_dev.demo import assets, environment, manifest
+from dflash_dev.demo import assets, environment, harness, manifest
 from dflash_dev.demo.live import build_rows
 from dflash_operator.api import parse_run
 from dflash_trainer.data.ingest import SourceStats, iter_source
@@ -126,3 +126,26 @@ def test_the_live_view_lists_the_stages_in_pipeline_order_with_training_progress
     ]
     assert rows[1][3] == "fail (approved)"
     assert rows[-1][1:3] == (3, 12)
+
+
+def _pod(name: str, created: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "creationTimestamp": created, "labels": labels}}
+
+
+def test_a_training_childs_pods_are_ordered_by_rank_newest_first_for_either_backend() -> None:
+    jobset, index = "jobset.sigs.k8s.io/jobset-name", "batch.kubernetes.io/job-completion-index"
+    job, role = "training.kubeflow.org/job-name", "training.kubeflow.org/replica-type"
+    pods = [
+        _pod("r-train-node-0-1-aaaaa", "2026-12-07T10:00:00Z", **{jobset: "r-train", index: "1"}),
+        _pod("r-train-node-0-0-old", "2026-12-07T10:00:00Z", **{jobset: "r-train", index: "0"}),
+        _pod("r-train-node-0-0-new", "2026-12-07T10:05:00Z", **{jobset: "r-train", index: "0"}),
+        _pod("r-train-2-node-0-0-x", "2026-12-07T10:09:00Z", **{jobset: "r-train-2", index: "0"}),
+        _pod("p-train-worker-0", "2026-12-07T10:00:00Z", **{job: "p-train", role: "worker"}),
+        _pod("p-train-master-0", "2026-12-07T10:00:01Z", **{job: "p-train", role: "master"}),
+        _pod("r-regen-0-abcde", "2026-12-07T10:00:00Z"),
+    ]
+    assert harness.rank_order(pods, "r-train") == [
+        "r-train-node-0-0-new", "r-train-node-0-0-old", "r-train-node-0-1-aaaaa"
+    ]  # fmt: skip
+    assert harness.rank_order(pods, "p-train") == ["p-train-master-0", "p-train-worker-0"]
+    assert harness.rank_order(pods, "gone-train") == []

@@ -1,5 +1,5 @@
 """The executor's documented rules, table by table (no cluster needed): path rewriting,
-$(VAR) expansion, Service names, the image's Python, taints, restart policy, log fallback."""
+$(VAR) expansion, the image's Python, taints, restart policy, log fallback."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from dflash_dev.executor.addresses import parse_service_name
 from dflash_dev.executor.env import expand
 from dflash_dev.executor.errors import PodStartError
 from dflash_dev.executor.logs import FALLBACK_BYTES, FALLBACK_LINES, fallback_message
@@ -71,25 +70,6 @@ def test_a_mount_path_is_rewritten_only_where_it_starts_a_path(value: str, expec
 )
 def test_variable_references_expand_like_kubelet(value: str, expected: str) -> None:
     assert expand(value, {"A": "1", "B": "two"}) == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("ddp-master-0", ("ddp-master-0", "ns")),
-        ("ddp-master-0.other", ("ddp-master-0", "other")),
-        ("svc.other.svc", ("svc", "other")),
-        ("svc.other.svc.cluster.local", ("svc", "other")),
-        ("127.0.0.1", None),
-        ("example.com", ("example", "com")),  # looks like svc.ns; resolved only if it exists
-        ("a.b.c.d", None),
-        ("Not_A_Name", None),
-    ],
-)
-def test_service_names_are_parsed_in_the_forms_cluster_dns_accepts(
-    value: str, expected: tuple[str, str] | None
-) -> None:
-    assert parse_service_name(value, "ns") == expected
 
 
 @pytest.mark.parametrize(

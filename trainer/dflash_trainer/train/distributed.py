@@ -1,7 +1,8 @@
 """torch.distributed from the torchrun / PyTorchJob environment, and the drafter's wrapper.
 
 `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT` come from torchrun (which
-reads PyTorchJob's `PET_*` variables) or from PyTorchJob directly (one process per pod).
+reads the `PET_*` variables a PyTorchJob or a TrainJob's torch runtime sets) or from PyTorchJob
+directly (one process per pod).
 NCCL on GPU, gloo on CPU; world size 1 needs no process group at all. The drafter is
 wrapped in DDP or FSDP2; the frozen target is never wrapped (each rank holds a copy).
 """
