@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 from dflash_dev import operator_local as ol
 from dflash_dev.kube_wait import wait_for
+from dflash_dev.kueue_queues import build_gpu_queue
 
 BACKENDS = ("pytorchjob", "trainjob")
 KINDS = {"pytorchjob": "pytorchjobs.kubeflow.org", "trainjob": "trainjobs.trainer.kubeflow.org"}
@@ -76,28 +77,6 @@ class World:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
 
-def queue_objects(namespace: str, cluster_queue: str, flavor: str, held: bool) -> list[Any]:
-    """What tests/integration/operator/test_kueue.py sets up: one node's GPUs for this namespace."""
-    return [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-         "metadata": {"name": flavor}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": RTX_PRODUCT}}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-         "metadata": {"name": cluster_queue},
-         "spec": {
-             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-             "stopPolicy": "Hold" if held else "None",
-             "resourceGroups": [{
-                 "coveredResources": ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"],
-                 "flavors": [{"name": flavor, "resources": [
-                     {"name": "cpu", "nominalQuota": 1000},
-                     {"name": "memory", "nominalQuota": "64Ti"},
-                     {"name": "ephemeral-storage", "nominalQuota": "64Ti"},
-                     {"name": "nvidia.com/gpu", "nominalQuota": NODES * GPUS_PER_NODE}]}]}]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": "gpus", "namespace": namespace}, "spec": {"clusterQueue": cluster_queue}},
-    ]  # fmt: skip
-
-
 def held_pools() -> dict[str, Any]:
     """The chart's pools, each holding its pods; the training pool's pods name the queue."""
     pools = ol.chart_pools()
@@ -118,7 +97,9 @@ def start_world(workdir: Path, held: bool, resync: float) -> World:
         f"rtx-{suffix}",
     )
     ol.kubectl(admin, "create", "namespace", namespace)
-    objects = queue_objects(namespace, cluster_queue, flavor, held)
+    objects = build_gpu_queue(
+        namespace, cluster_queue, flavor, RTX_PRODUCT, NODES * GPUS_PER_NODE, held=held
+    )
     ol.kubectl(admin, "apply", "-f", "-", input=yaml.safe_dump_all(objects))
     ol.kubectl(admin, "create", "secret", "generic", "s3-creds", "-n", namespace,
                "--from-literal=AWS_ACCESS_KEY_ID=bench", "--from-literal=AWS_SECRET_ACCESS_KEY=bench")  # fmt: skip

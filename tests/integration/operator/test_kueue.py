@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from dflash_dev.kube_wait import get_json, wait_for
+from dflash_dev.kueue_queues import build_gpu_queue
 
 from .conftest import imported_spec
 
@@ -28,30 +29,10 @@ def queue(harness: Any) -> Iterator[str]:
     test's namespace only, and a LocalQueue; the training pool's pods name the queue."""
     suffix = harness.namespace[-6:]
     flavor, cluster_queue = f"rtx-{suffix}", f"dflash-{suffix}"
-    objects = [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-         "metadata": {"name": flavor},
-         "spec": {"nodeLabels": {"nvidia.com/gpu.product": RTX_PRODUCT}}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-         "metadata": {"name": cluster_queue},
-         "spec": {
-             "namespaceSelector": {
-                 "matchLabels": {"kubernetes.io/metadata.name": harness.namespace}},
-             "preemption": {"withinClusterQueue": "LowerPriority"},
-             # Kueue admits only what the queue covers: every resource a stage pod requests
-             # (cpu, memory and ephemeral-storage too), with GPUs the binding quota.
-             "resourceGroups": [{
-                 "coveredResources": ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"],
-                 "flavors": [{"name": flavor, "resources": [
-                     {"name": "cpu", "nominalQuota": 1000},
-                     {"name": "memory", "nominalQuota": "64Ti"},
-                     {"name": "ephemeral-storage", "nominalQuota": "64Ti"},
-                     {"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
-             }]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": "gpus", "namespace": harness.namespace},
-         "spec": {"clusterQueue": cluster_queue}},
-    ]  # fmt: skip
+    objects = build_gpu_queue(
+        harness.namespace, cluster_queue, flavor, RTX_PRODUCT, 4,
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )  # fmt: skip
     harness.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
     harness.pools["nodePools"]["rtx-pro-6000"]["labels"][QUEUE_LABEL] = "gpus"
     yield cluster_queue
